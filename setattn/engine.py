@@ -1,0 +1,480 @@
+"""The one attention engine: scores on edges, softmax per target node, weighted sum.
+
+For every edge j -> i of a topology and every head h:
+
+    s_ij = score(q_i, k_j, e_ij) + bias_ij          logits, (E, H)
+    p_ij = softmax over the incoming edges of i     weights, sum to 1 per (i, h)
+    z_i  = sum_j p_ij v_j                           output, (Nq, H, Dv)
+
+Two paths compute this and give the same numbers:
+
+* dense (complete, bipartite, window topologies): sets are grouped into buckets of
+  similar size and padded within a bucket, so logits are (B, H, Lq, Lk) blocks;
+  dot-type scores go to ``scaled_dot_product_attention``. Windows gather their
+  2r + 1 neighbours into (N, W) blocks. No all-pairs edge list is built unless
+  weights are asked for.
+* sparse (edge lists): logits per edge, a max-shifted softmax per target node
+  (segment softmax) and a segment sum of the weighted values.
+
+A target with nothing to attend to (no incoming edge, an empty set, every edge
+masked) gets zeros, never NaN. Weights returned or captured never include dropout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from setattn.capture import is_capturing, record
+from setattn.scores import ScaledDot, Score
+from setattn.topology import Bipartite, Edges, Topology, Window
+
+_DEFAULT_SCORE = ScaledDot()
+
+
+@dataclass
+class AttentionGraph:
+    """Attention weights as a weighted directed graph.
+
+    Attributes:
+        edge_index: (2, E) long; row 0 = source j (key), row 1 = target i (query).
+        weights: (E, H) attention weight of every edge and head; for each target and
+            head the weights of its incoming edges sum to 1 (or are all 0).
+        num_nodes: (num_kv, num_q), the sizes of the source and target node sets.
+    """
+
+    edge_index: Tensor
+    weights: Tensor
+    num_nodes: tuple[int, int]
+
+    def to_networkx(self):
+        """A ``networkx.DiGraph`` with ``weight`` (mean over heads) and ``head0``... attributes."""
+        from setattn.domains.graphs import attention_to_networkx
+
+        return attention_to_networkx(self.edge_index, self.weights, num_nodes=self.num_nodes)
+
+    def to_dense(self) -> Tensor:
+        """(H, num_q, num_kv) weight matrix (zeros where there is no edge)."""
+        src, dst = self.edge_index
+        h = self.weights.shape[1]
+        dense = self.weights.new_zeros(h, self.num_nodes[1], self.num_nodes[0])
+        dense[:, dst, src] = self.weights.t()
+        return dense
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    topology: Topology,
+    score: nn.Module | None = None,
+    *,
+    bias: Tensor | None = None,
+    mask: Tensor | None = None,
+    edge_attr: Tensor | None = None,
+    dropout: float = 0.0,
+    training: bool = True,
+    hard: int | str | None = None,
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, AttentionGraph]:
+    """Attention of queries over keys/values along the edges of ``topology``.
+
+    Args:
+        q: (Nq, H, Dk) queries, one per target node.
+        k: (Nk, H, Dk) keys, one per source node.
+        v: (Nk, H, Dv) values.
+        topology: from :mod:`setattn.topology`: ``complete``, ``bipartite``, ``window``
+            or ``edges``.
+        score: a :mod:`setattn.scores` module or any module mapping broadcastable
+            (..., H, Dk) q, k to (..., H); scaled dot product by default.
+        bias: (E,) or (E, H) added to the logits, in the topology's canonical edge order
+            (``topology.edge_index()``).
+        mask: (E,) or (E, H) bool, False removes the edge; same order as ``bias``.
+        edge_attr: (E, H) or (E, H, A) per-edge input handed to the score (GAT, GATv2,
+            additive scores add it inside their nonlinearity).
+        dropout: probability of dropping an attention weight (when ``training``).
+        training: apply dropout only when True.
+        hard: None for soft attention; ``"argmax"`` or an int k keeps the top-k weights
+            per target and head, renormalised, with a straight-through gradient.
+        return_weights: also return the weights as an :class:`AttentionGraph`.
+
+    Returns:
+        (Nq, H, Dv) output, and the ``AttentionGraph`` when ``return_weights``.
+    """
+    score = _DEFAULT_SCORE if score is None else score
+    _check_inputs(q, k, v, topology)
+    top_k = _parse_hard(hard)
+    p = dropout if training else 0.0
+    need_weights = return_weights or is_capturing()
+    n_edges = topology.num_edges if (bias is not None or mask is not None
+                                     or edge_attr is not None) else None
+    bias = _per_edge(bias, "bias", n_edges, q.shape[1])
+    mask = _per_edge(mask, "mask", n_edges, q.shape[1])
+    edge_attr = _check_edge_attr(edge_attr, n_edges)
+
+    if isinstance(topology, Edges):
+        out, w = _attend_edges(q, k, v, topology, score, bias, mask, edge_attr, p, top_k)
+    elif isinstance(topology, Window):
+        out, w = _attend_window(q, k, v, topology, score, bias, mask, edge_attr, p, top_k)
+    elif isinstance(topology, Bipartite):
+        out, w = _attend_blocks(q, k, v, topology, score, bias, mask, edge_attr, p, top_k,
+                                need_weights)
+    else:
+        raise TypeError(f"topology must come from setattn.topology, got {type(topology).__name__}")
+
+    if not need_weights:
+        return out
+    graph = AttentionGraph(topology.edge_index(), w.detach(), (topology.num_kv, topology.num_q))
+    if is_capturing():
+        record(graph)
+    return (out, graph) if return_weights else out
+
+
+# ---------------------------------------------------------------------------------------
+# checks
+
+
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, top: Topology) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have shape (N, H, D), got {tuple(t.shape)}")
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in (N, H)")
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"q has {q.shape[1]} heads but k has {k.shape[1]}")
+    if q.shape[0] != top.num_q:
+        raise ValueError(f"q has {q.shape[0]} rows but the topology has {top.num_q} queries")
+    if k.shape[0] != top.num_kv:
+        raise ValueError(f"k has {k.shape[0]} rows but the topology has {top.num_kv} keys")
+
+
+def _per_edge(t: Tensor | None, name: str, n_edges: int | None, heads: int) -> Tensor | None:
+    """(E,) or (E, H) -> (E, H) or (E, 1)."""
+    if t is None:
+        return None
+    if t.dim() == 1:
+        t = t[:, None]
+    if t.dim() != 2 or t.shape[0] != n_edges or t.shape[1] not in (1, heads):
+        raise ValueError(
+            f"{name} must have shape (E,) or (E, H) with E={n_edges}, H={heads}; "
+            f"got {tuple(t.shape)}"
+        )
+    return t
+
+
+def _check_edge_attr(t: Tensor | None, n_edges: int | None) -> Tensor | None:
+    if t is not None and t.shape[0] != n_edges:
+        raise ValueError(f"edge_attr must have E={n_edges} rows, got {tuple(t.shape)}")
+    return t
+
+
+def _parse_hard(hard: int | str | None) -> int | None:
+    if hard is None:
+        return None
+    if hard == "argmax":
+        return 1
+    if isinstance(hard, int) and not isinstance(hard, bool) and hard >= 1:
+        return hard
+    raise ValueError(f"hard must be None, 'argmax' or an int >= 1, got {hard!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# pieces shared by the paths
+
+
+def _prepare(score: nn.Module, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    if isinstance(score, Score):
+        return score.prepare_q(q), score.prepare_k(k)
+    return q, k
+
+
+def _combine(score: nn.Module, pq: Tensor, pk: Tensor, edge_attr: Tensor | None) -> Tensor:
+    if isinstance(score, Score):
+        return score.combine(pq, pk, edge_attr)
+    return score(pq, pk) if edge_attr is None else score(pq, pk, edge_attr)
+
+
+def _dot_scale(score: nn.Module, dim: int) -> float | None:
+    return score.dot_scale(dim) if isinstance(score, Score) else None
+
+
+def _straight_through(hard_w: Tensor, soft_w: Tensor) -> Tensor:
+    """Forward value ``hard_w``, gradient of ``soft_w``."""
+    return hard_w + (soft_w - soft_w.detach())
+
+
+def masked_softmax(logits: Tensor, valid: Tensor | None, dim: int = -1) -> Tensor:
+    """Softmax along ``dim`` over the valid entries only; rows with none valid give 0.
+
+    Args:
+        logits: (..., K) scores.
+        valid: bool, broadcastable to ``logits``; None means all valid.
+    """
+    if valid is not None:
+        logits = logits.masked_fill(~valid, float("-inf"))
+    top = logits.amax(dim, keepdim=True).detach()
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    ex = torch.exp(logits - top)  # masked entries: exp(-inf) = 0
+    den = ex.sum(dim, keepdim=True)
+    return ex / torch.where(den > 0, den, torch.ones_like(den))
+
+
+def _hard_dense(w: Tensor, valid: Tensor | None, k: int) -> Tensor:
+    """Keep the k largest valid weights along the last dim, renormalised (straight-through)."""
+    k = min(k, w.shape[-1])
+    ranked = w if valid is None else w.masked_fill(~valid, -1.0)
+    keep = torch.zeros_like(w, dtype=torch.bool).scatter_(-1, ranked.topk(k, dim=-1).indices, True)
+    if valid is not None:
+        keep &= valid
+    hw = w.detach() * keep
+    hw = hw / hw.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+    return _straight_through(hw, w)
+
+
+# ---------------------------------------------------------------------------------------
+# sparse path: edge lists
+
+
+def segment_softmax(logits: Tensor, index: Tensor, num_segments: int,
+                    valid: Tensor | None = None) -> Tensor:
+    """Softmax of edge logits over the edges that share a target.
+
+    Args:
+        logits: (E, H) scores.
+        index: (E,) target node of every edge.
+        num_segments: number of targets N.
+        valid: (E, H) or (E, 1) bool, or None.
+
+    Returns:
+        (E, H) weights; per target and head they sum to 1, or are all 0 when the
+        target has no valid edge.
+    """
+    if valid is not None:
+        logits = logits.masked_fill(~valid, float("-inf"))
+    h = logits.shape[1]
+    idx = index[:, None].expand(-1, h)  # (E, H)
+    top = logits.new_full((num_segments, h), float("-inf"))
+    top = top.scatter_reduce(0, idx, logits.detach(), "amax", include_self=True)  # (N, H)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    ex = torch.exp(logits - top[index])  # (E, H)
+    den = logits.new_zeros(num_segments, h).index_add_(0, index, ex)  # (N, H)
+    den = torch.where(den > 0, den, torch.ones_like(den))
+    return ex / den[index]
+
+
+def _hard_edges(w: Tensor, index: Tensor, num_segments: int, k: int,
+                valid: Tensor | None) -> Tensor:
+    """Top-k weights per target and head over edges (straight-through)."""
+    e, h = w.shape
+    wd = w.detach().double()
+    if valid is not None:
+        wd = wd.masked_fill(~valid, -1.0)
+    # sort by target ascending, then weight descending
+    key = index[:, None].double() + 0.25 * (1.0 - wd)  # (E, H), in [t, t + 0.5]
+    order = key.argsort(dim=0, stable=True)  # (E, H)
+    counts = torch.bincount(index, minlength=num_segments)
+    starts = torch.cumsum(counts, 0) - counts  # (N,)
+    sorted_index = index.sort(stable=True).values  # (E,) same for every head
+    rank_sorted = torch.arange(e, device=w.device) - starts[sorted_index]  # (E,)
+    rank = torch.empty_like(order).scatter_(0, order, rank_sorted[:, None].expand(-1, h))
+    keep = rank < k  # (E, H)
+    if valid is not None:
+        keep &= valid
+    hw = w.detach() * keep
+    den = w.new_zeros(num_segments, h).index_add_(0, index, hw)  # (N, H)
+    hw = hw / den[index].clamp_min(torch.finfo(w.dtype).tiny)
+    return _straight_through(hw, w)
+
+
+def _attend_edges(q, k, v, top: Edges, score, bias, mask, edge_attr, p, top_k):
+    src, dst = top.index[0], top.index[1]
+    pq, pk = _prepare(score, q, k)
+    logits = _combine(score, pq[dst], pk[src], edge_attr)  # (E, H)
+    if bias is not None:
+        logits = logits + bias
+    w = segment_softmax(logits, dst, top.num_q, mask)  # (E, H)
+    if top_k is not None:
+        w = _hard_edges(w, dst, top.num_q, top_k, mask)
+    wd = F.dropout(w, p) if p > 0 else w
+    msg = v[src] * wd[..., None]  # (E, H, Dv)
+    out = v.new_zeros(top.num_q, v.shape[1], v.shape[2]).index_add_(0, dst, msg)  # (Nq, H, Dv)
+    return out, w
+
+
+# ---------------------------------------------------------------------------------------
+# dense path: windows
+
+
+def _scatter_to_slots(t: Tensor | None, valid: Tensor) -> Tensor | None:
+    """Per-edge (E, ...) values in target-major order -> (*valid.shape, ...) slots."""
+    if t is None:
+        return None
+    out = t.new_zeros(*valid.shape, *t.shape[1:])
+    out[valid] = t
+    return out
+
+
+def _attend_window(q, k, v, top: Window, score, bias, mask, edge_attr, p, top_k):
+    index, valid = top.neighbours()  # (N, W), (N, W)
+    pq, pk = _prepare(score, q, k)
+    kg = pk[index]  # (N, W, H, A)
+    scale = _dot_scale(score, pq.shape[-1])
+    if scale is not None and edge_attr is None:
+        logits = torch.einsum("nha,nwha->nwh", pq, kg) * scale  # (N, W, H)
+    else:
+        logits = _combine(score, pq[:, None], kg, _scatter_to_slots(edge_attr, valid))
+    if bias is not None:
+        logits = logits + _scatter_to_slots(bias, valid)
+    ok = valid[..., None]  # (N, W, 1)
+    if mask is not None:
+        ok = ok & _scatter_to_slots(mask, valid)
+    w = masked_softmax(logits, ok, dim=1)  # (N, W, H)
+    if top_k is not None:
+        w = _hard_dense(w.transpose(1, 2), ok.transpose(1, 2), top_k).transpose(1, 2)
+    wd = F.dropout(w, p) if p > 0 else w
+    out = torch.einsum("nwh,nwhd->nhd", wd, v[index])  # (N, H, Dv)
+    return out, w[valid]
+
+
+# ---------------------------------------------------------------------------------------
+# dense path: complete and bipartite sets, bucketed by size
+
+
+def _ladder(n: Tensor) -> Tensor:
+    """Round sizes up to 1, 2, 3, 4, 6, 8, 12, 16, ...: padding within a bucket <= 1/3."""
+    n = n.clamp_min(1).double()
+    p2 = torch.exp2(torch.ceil(torch.log2(n)))  # next power of two
+    three_quarters = 0.75 * p2
+    return torch.where(n <= three_quarters, three_quarters, p2).ceil().long()
+
+
+def size_buckets(sizes_q: Tensor, sizes_kv: Tensor) -> list[Tensor]:
+    """Group sets with nonzero queries and keys into buckets of similar (Lq, Lk).
+
+    Returns:
+        list of (B,) ascending set indices, one tensor per bucket.
+    """
+    active = torch.nonzero((sizes_q > 0) & (sizes_kv > 0)).flatten()  # (G',)
+    if active.numel() == 0:
+        return []
+    sq, sk = sizes_q[active], sizes_kv[active]
+    if bool((sq == sq[0]).all() and (sk == sk[0]).all()):
+        return [active]
+    key = _ladder(sq) * (int(_ladder(sk).max()) + 1) + _ladder(sk)  # (G',)
+    return [active[key == u] for u in torch.unique(key)]
+
+
+def _bucket_index(ptr: Tensor, sets: Tensor, sizes: Tensor, length: int):
+    """Node index (B, L) of each padded slot (clamped) and its validity (B, L)."""
+    pos = torch.arange(length, device=ptr.device)  # (L,)
+    valid = pos[None, :] < sizes[sets][:, None]  # (B, L)
+    index = ptr[sets][:, None] + pos[None, :]  # (B, L)
+    index = torch.where(valid, index, ptr[sets][:, None])  # padded slots read the set's first
+    return index, valid
+
+
+def _attend_blocks(q, k, v, top: Bipartite, score, bias, mask, edge_attr, p, top_k,
+                   need_weights):
+    sizes_q, sizes_kv = top.sizes_q, top.sizes_kv
+    heads, dv = v.shape[1], v.shape[2]
+    pq, pk = _prepare(score, q, k)
+    scale = _dot_scale(score, pq.shape[-1])
+    per_edge = bias is not None or mask is not None or edge_attr is not None or need_weights
+    edge_off = top.edge_offsets() if per_edge else None
+
+    rows, outs, edge_ids, weights = [], [], [], []
+    for sets in size_buckets(sizes_q, sizes_kv):
+        lq, lk = int(sizes_q[sets].max()), int(sizes_kv[sets].max())
+        b = sets.numel()
+        uniform = bool((sizes_q[sets] == lq).all() and (sizes_kv[sets] == lk).all())
+        qi, qvalid = _bucket_index(top.ptr_q, sets, sizes_q, lq)  # (B, Lq)
+        ki, kvalid = _bucket_index(top.ptr_kv, sets, sizes_kv, lk)  # (B, Lk)
+        if uniform and sets.numel() == sizes_q.numel():  # the whole batch, no padding
+            qb = pq.reshape(b, lq, heads, -1)  # (B, Lq, H, A)
+            kb, vb = pk.reshape(b, lk, heads, -1), v.reshape(b, lk, heads, dv)
+        else:
+            qb, kb, vb = pq[qi], pk[ki], v[ki]  # (B, L, H, .)
+
+        # per-edge inputs, canonical (target-major) order -> (B, Lq, Lk)
+        pair_valid = qvalid[:, :, None] & kvalid[:, None, :]  # (B, Lq, Lk)
+        eid = None
+        if per_edge:
+            nk = sizes_kv[sets][:, None, None]
+            eid = (edge_off[sets][:, None, None]
+                   + torch.arange(lq, device=q.device)[None, :, None] * nk
+                   + torch.arange(lk, device=q.device)[None, None, :])  # (B, Lq, Lk)
+            eid = torch.where(pair_valid, eid, torch.zeros_like(eid))
+        ok = None if uniform else kvalid[:, None, None, :]  # (B, 1, 1, Lk)
+        if mask is not None:
+            m = mask[eid].permute(0, 3, 1, 2)  # (B, H|1, Lq, Lk)
+            ok = m if ok is None else ok & m
+        dense_bias = None if bias is None else bias[eid].permute(0, 3, 1, 2)  # (B, H|1, Lq, Lk)
+
+        use_sdpa = (scale is not None and edge_attr is None and top_k is None
+                    and not need_weights)
+        if use_sdpa:
+            ob = _sdpa_block(qb, kb, vb, ok, dense_bias, scale, p)  # (B, Lq, H, Dv)
+        else:
+            if scale is not None and edge_attr is None:
+                logits = torch.einsum("bihd,bjhd->bhij", qb, kb) * scale  # (B, H, Lq, Lk)
+            else:
+                ea = None if edge_attr is None else edge_attr[eid]  # (B, Lq, Lk, H[, A])
+                logits = _combine(score, qb[:, :, None], kb[:, None], ea).permute(0, 3, 1, 2)
+            if dense_bias is not None:
+                logits = logits + dense_bias
+            w = masked_softmax(logits, ok)  # (B, H, Lq, Lk)
+            if top_k is not None:
+                w = _hard_dense(w, ok, top_k)
+            wd = F.dropout(w, p) if p > 0 else w
+            ob = torch.einsum("bhij,bjhd->bihd", wd, vb)  # (B, Lq, H, Dv)
+            if need_weights:
+                edge_ids.append(eid[pair_valid])
+                weights.append(w.permute(0, 2, 3, 1)[pair_valid])  # (E_b, H)
+        if uniform and sets.numel() == sizes_q.numel():
+            return ob.reshape(top.num_q, heads, dv), _gather_weights(weights, edge_ids, top, v,
+                                                                     need_weights)
+        rows.append(qi[qvalid])
+        outs.append(ob[qvalid])  # (Nq_b, H, Dv)
+
+    out = v.new_zeros(top.num_q, heads, dv)
+    if rows:
+        out = out.index_copy(0, torch.cat(rows), torch.cat(outs))
+    return out, _gather_weights(weights, edge_ids, top, v, need_weights)
+
+
+def _gather_weights(weights, edge_ids, top: Bipartite, v: Tensor, need: bool) -> Tensor | None:
+    """Per-bucket (E_b, H) weights -> (E, H) in canonical order (None when not needed)."""
+    if not need:
+        return None
+    if not weights:
+        return v.new_zeros(top.num_edges, v.shape[1])
+    w = v.new_zeros(top.num_edges, weights[0].shape[1])
+    return w.index_copy(0, torch.cat(edge_ids), torch.cat(weights))
+
+
+def _sdpa_block(qb, kb, vb, ok, dense_bias, scale, p):
+    """scaled_dot_product_attention on one bucket; rows with no valid key give 0.
+
+    Args:
+        qb: (B, Lq, H, D); kb: (B, Lk, H, D); vb: (B, Lk, H, Dv).
+        ok: bool broadcastable to (B, H, Lq, Lk) or None; dense_bias likewise.
+    """
+    empty_rows = None
+    if ok is not None:
+        has_any = ok.any(-1, keepdim=True)  # (B, H|1, Lq|1, 1)
+        if not bool(has_any.all()):
+            empty_rows = ~has_any
+            ok = ok | empty_rows  # let empty rows attend to anything, then zero them
+    attn_mask = ok
+    if dense_bias is not None:
+        attn_mask = dense_bias if ok is None else dense_bias.masked_fill(~ok, float("-inf"))
+    ob = F.scaled_dot_product_attention(
+        qb.transpose(1, 2), kb.transpose(1, 2), vb.transpose(1, 2),
+        attn_mask=attn_mask, dropout_p=p, scale=scale,
+    )  # (B, H, Lq, Dv)
+    if empty_rows is not None:
+        ob = ob.masked_fill(empty_rows, 0.0)
+    return ob.transpose(1, 2)  # (B, Lq, H, Dv)

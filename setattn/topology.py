@@ -1,0 +1,257 @@
+"""Who attends to whom.
+
+A topology says, for every query node i, which key/value nodes j it may attend to
+(an edge j -> i). Four kinds cover the library:
+
+* :func:`complete` - every item of a set attends to every item of the same set
+  (intra / self attention over a batch of sets).
+* :func:`bipartite` - the queries of set g attend to the items of set g of another
+  batch (cross attention, pooling with seed vectors).
+* :func:`window` - sequence positions within ``radius`` of each other (local attention).
+* :func:`edges` - an explicit edge list in PyG order: ``edge_index[0]`` is the source j
+  (the key), ``edge_index[1]`` the target i (the query).
+
+The first three are *dense*: the engine computes them over padded blocks and never
+builds the all-pairs edge list unless weights are requested. Every topology has a
+canonical edge order, used for per-edge ``bias``/``mask`` tensors and for returned
+weights: for dense kinds it is target-major (set by set, query by query), sources
+ascending. ``edge_index()`` materialises that order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+def ptr_from_sizes(sizes: Tensor | list[int]) -> Tensor:
+    """Offsets of consecutive sets: sizes (G,) -> ptr (G + 1,) with ptr[0] = 0."""
+    sizes = torch.as_tensor(sizes, dtype=torch.long)
+    return torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])
+
+
+def ptr_from_batch(batch: Tensor, num_graphs: int | None = None) -> Tensor:
+    """PyG's sorted ``batch`` vector (N,) -> ptr (G + 1,).
+
+    Args:
+        batch: (N,) graph index of every node, sorted ascending (as PyG builds it).
+        num_graphs: G; inferred as ``batch.max() + 1`` when omitted (empty graphs at
+            the end of a batch need it given).
+    """
+    if num_graphs is None:
+        num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+    if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
+        raise ValueError("batch must be sorted ascending (PyG's convention)")
+    sizes = torch.bincount(batch, minlength=num_graphs)  # (G,)
+    return ptr_from_sizes(sizes)
+
+
+def _check_ptr(ptr: Tensor, name: str) -> Tensor:
+    ptr = torch.as_tensor(ptr, dtype=torch.long)
+    if ptr.dim() != 1 or ptr.numel() < 1 or int(ptr[0]) != 0:
+        raise ValueError(f"{name} must be 1-D offsets starting at 0, got {ptr.tolist()[:8]}")
+    if bool((ptr[1:] < ptr[:-1]).any()):
+        raise ValueError(f"{name} must be non-decreasing")
+    return ptr
+
+
+@dataclass(frozen=True, eq=False)
+class Bipartite:
+    """Queries of set g attend to every key of set g.
+
+    Attributes:
+        ptr_q: (G + 1,) query offsets.
+        ptr_kv: (G + 1,) key/value offsets.
+    """
+
+    ptr_q: Tensor
+    ptr_kv: Tensor
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_q(self) -> int:
+        return int(self.ptr_q[-1])
+
+    @property
+    def num_kv(self) -> int:
+        return int(self.ptr_kv[-1])
+
+    @property
+    def sizes_q(self) -> Tensor:
+        return self.ptr_q[1:] - self.ptr_q[:-1]  # (G,)
+
+    @property
+    def sizes_kv(self) -> Tensor:
+        return self.ptr_kv[1:] - self.ptr_kv[:-1]  # (G,)
+
+    @property
+    def num_edges(self) -> int:
+        return int((self.sizes_q * self.sizes_kv).sum())
+
+    def edge_offsets(self) -> Tensor:
+        """(G + 1,) offset of each set's first edge in the canonical order."""
+        return ptr_from_sizes(self.sizes_q * self.sizes_kv)
+
+    def edge_index(self) -> Tensor:
+        """All pairs, target-major: (2, E) with row 0 = source j, row 1 = target i."""
+        if "edge_index" not in self._cache:
+            nq, nk = self.sizes_q, self.sizes_kv
+            per_set = nq * nk  # (G,)
+            graph = torch.repeat_interleave(torch.arange(nq.numel()), per_set)  # (E,)
+            local = torch.arange(int(per_set.sum())) - self.edge_offsets()[:-1][graph]  # (E,)
+            tgt = self.ptr_q[graph] + torch.div(local, nk[graph], rounding_mode="floor")
+            src = self.ptr_kv[graph] + local % nk[graph].clamp_min(1)
+            self._cache["edge_index"] = torch.stack([src, tgt])
+        return self._cache["edge_index"]
+
+
+@dataclass(frozen=True, eq=False)
+class Complete(Bipartite):
+    """Every item of a set attends to every item of the same set (self loops included)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Window:
+    """Items of a sequence attend to items at most ``radius`` positions away in the same set.
+
+    Attributes:
+        ptr: (G + 1,) set offsets.
+        radius: r >= 0; each query sees up to 2r + 1 keys (itself included).
+    """
+
+    ptr: Tensor
+    radius: int
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_q(self) -> int:
+        return int(self.ptr[-1])
+
+    num_kv = num_q
+
+    def neighbours(self) -> tuple[Tensor, Tensor]:
+        """Key index and validity for every query and window slot.
+
+        Returns:
+            index: (N, 2r + 1) key node of slot w of query i (clamped into range).
+            valid: (N, 2r + 1) whether that key is inside the query's set.
+        """
+        if "neighbours" not in self._cache:
+            n = self.num_q
+            sizes = self.ptr[1:] - self.ptr[:-1]  # (G,)
+            graph = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)  # (N,)
+            start, stop = self.ptr[:-1][graph], self.ptr[1:][graph]  # (N,), (N,)
+            offsets = torch.arange(-self.radius, self.radius + 1)  # (W,)
+            index = torch.arange(n)[:, None] + offsets[None, :]  # (N, W)
+            valid = (index >= start[:, None]) & (index < stop[:, None])  # (N, W)
+            index = index.clamp(0, max(n - 1, 0))
+            self._cache["neighbours"] = (index, valid)
+        return self._cache["neighbours"]
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.neighbours()[1].sum())
+
+    def edge_index(self) -> Tensor:
+        """Window pairs, target-major, sources ascending: (2, E)."""
+        index, valid = self.neighbours()
+        tgt = torch.arange(self.num_q)[:, None].expand_as(index)  # (N, W)
+        return torch.stack([index[valid], tgt[valid]])
+
+
+@dataclass(frozen=True, eq=False)
+class Edges:
+    """An explicit edge list, PyG order: edge j -> i means query i attends to key j.
+
+    Attributes:
+        index: (2, E) long; row 0 = source j (key/value), row 1 = target i (query).
+        num_q: number of query (target) nodes.
+        num_kv: number of key/value (source) nodes.
+    """
+
+    index: Tensor
+    num_q: int
+    num_kv: int
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.index.shape[1])
+
+    def edge_index(self) -> Tensor:
+        """The edge list itself, (2, E), in the caller's order."""
+        return self.index
+
+
+Topology = Bipartite | Window | Edges
+
+
+def complete(ptr: Tensor | list[int]) -> Complete:
+    """Every item attends to every item of its own set.
+
+    Args:
+        ptr: (G + 1,) offsets of the sets in the node dimension; use
+            :func:`ptr_from_batch` to get it from PyG's ``batch`` vector.
+    """
+    ptr = _check_ptr(ptr, "ptr")
+    return Complete(ptr, ptr)
+
+
+def bipartite(ptr_q: Tensor | list[int], ptr_kv: Tensor | list[int]) -> Bipartite:
+    """Queries of set g attend to all key/value items of set g (cross attention).
+
+    Args:
+        ptr_q: (G + 1,) offsets of the query sets.
+        ptr_kv: (G + 1,) offsets of the key/value sets; same G.
+    """
+    ptr_q, ptr_kv = _check_ptr(ptr_q, "ptr_q"), _check_ptr(ptr_kv, "ptr_kv")
+    if ptr_q.numel() != ptr_kv.numel():
+        raise ValueError(
+            f"ptr_q and ptr_kv must describe the same number of sets, got "
+            f"{ptr_q.numel() - 1} and {ptr_kv.numel() - 1}"
+        )
+    return Bipartite(ptr_q, ptr_kv)
+
+
+def window(ptr: Tensor | list[int], radius: int) -> Window:
+    """Positions within ``radius`` of each other in the same sequence attend to each other.
+
+    Args:
+        ptr: (G + 1,) offsets of the sequences.
+        radius: window half-width r >= 0.
+    """
+    if radius < 0:
+        raise ValueError(f"radius must be >= 0, got {radius}")
+    return Window(_check_ptr(ptr, "ptr"), int(radius))
+
+
+def edges(edge_index: Tensor, num_nodes: int | tuple[int, int] | None = None) -> Edges:
+    """An explicit sparse graph.
+
+    Args:
+        edge_index: (2, E) long, PyG order (row 0 source j, row 1 target i).
+        num_nodes: N for a graph over one node set, or ``(num_src, num_dst)`` for a
+            bipartite graph; inferred from the largest index when omitted.
+    """
+    edge_index = torch.as_tensor(edge_index)
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+    if edge_index.dtype != torch.long:
+        edge_index = edge_index.long()
+    if num_nodes is None:
+        n = int(edge_index.max()) + 1 if edge_index.numel() else 0
+        num_src = num_dst = n
+    elif isinstance(num_nodes, int):
+        num_src = num_dst = num_nodes
+    else:
+        num_src, num_dst = (int(n) for n in num_nodes)
+    if edge_index.numel():
+        if int(edge_index.min()) < 0:
+            raise ValueError("edge_index has negative node indices")
+        if int(edge_index[0].max()) >= num_src or int(edge_index[1].max()) >= num_dst:
+            raise ValueError(
+                f"edge_index refers to nodes beyond num_nodes=({num_src}, {num_dst})"
+            )
+    return Edges(edge_index, num_q=num_dst, num_kv=num_src)
