@@ -22,6 +22,7 @@ masked) gets zeros, never NaN. Weights returned or captured never include dropou
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,8 @@ from setattn.scores import ScaledDot, Score
 from setattn.topology import Bipartite, Edges, Topology, Window
 
 _DEFAULT_SCORE = ScaledDot()
+# The sparse path uses torch's CSR kernels on purpose; their "beta" notice is noise here.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
 
 
 @dataclass
@@ -259,10 +262,11 @@ def segment_softmax(logits: Tensor, index: Tensor, num_segments: int,
     top = logits.new_full((num_segments, h), float("-inf"))
     top = top.scatter_reduce(0, idx, logits.detach(), "amax", include_self=True)  # (N, H)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    ex = torch.exp(logits - top[index])  # (E, H)
+    # index_select, not advanced indexing: its backward is a fast index_add
+    ex = torch.exp(logits - top.index_select(0, index))  # (E, H)
     den = logits.new_zeros(num_segments, h).index_add_(0, index, ex)  # (N, H)
     den = torch.where(den > 0, den, torch.ones_like(den))
-    return ex / den[index]
+    return ex / den.index_select(0, index)
 
 
 def _hard_edges(w: Tensor, index: Tensor, num_segments: int, k: int,
@@ -289,16 +293,137 @@ def _hard_edges(w: Tensor, index: Tensor, num_segments: int, k: int,
     return _straight_through(hw, w)
 
 
+@dataclass
+class _CSRSide:
+    """Sparsity pattern of a per-head block-diagonal matrix in CSR form.
+
+    Row ``r * H + h`` holds head h of row node r; its column ``c * H + h`` is head h of
+    column node c. ``order`` maps every stored slot to its flat (edge * H + head)
+    position in an (E, H) tensor, so values are ``w.reshape(-1)[order]``.
+    """
+
+    crow: Tensor  # (R * H + 1,)
+    col: Tensor  # (E * H,)
+    order: Tensor  # (E * H,)
+    shape: tuple[int, int]  # (R * H, C * H)
+
+
+def _csr_side(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, heads: int) -> _CSRSide:
+    e = rows.numel()
+    perm = torch.argsort(rows, stable=True)  # (E,) edges grouped by row
+    deg = torch.bincount(rows, minlength=n_rows)  # (R,)
+    start = torch.cumsum(deg, 0) - deg  # (R,) first sorted edge of each row
+    r = rows[perm]  # (E,)
+    local = torch.arange(e, device=rows.device) - start[r]  # (E,) rank within its row
+    hs = torch.arange(heads, device=rows.device)  # (H,)
+    slot = (start[r] * heads + local)[:, None] + hs[None, :] * deg[r][:, None]  # (E, H)
+    order = torch.empty(e * heads, dtype=torch.long, device=rows.device)
+    col = torch.empty_like(order)
+    order[slot.flatten()] = (perm[:, None] * heads + hs[None, :]).flatten()
+    col[slot.flatten()] = (cols[perm][:, None] * heads + hs[None, :]).flatten()
+    crow = torch.cat([deg.new_zeros(1), torch.cumsum(deg.repeat_interleave(heads), 0)])
+    return _CSRSide(crow, col, order, (n_rows * heads, n_cols * heads))
+
+
+def _csr_pair(top: Edges, heads: int) -> tuple[_CSRSide, _CSRSide]:
+    """(target-major, source-major) CSR layouts of an edge list, cached on the topology."""
+    key = ("csr", heads)
+    if key not in top._cache:
+        src, dst = top.index[0], top.index[1]
+        top._cache[key] = (_csr_side(dst, src, top.num_q, top.num_kv, heads),
+                           _csr_side(src, dst, top.num_kv, top.num_q, heads))
+    return top._cache[key]
+
+
+def _csr(side: _CSRSide, values: Tensor) -> Tensor:
+    return torch.sparse_csr_tensor(side.crow, side.col, values, size=side.shape,
+                                   check_invariants=False)
+
+
+def _spmm(side: _CSRSide, w: Tensor, x: Tensor) -> Tensor:
+    """Per-edge weights (E, H) times node rows (C, H, D) -> (R, H, D)."""
+    a = _csr(side, w.reshape(-1).index_select(0, side.order))
+    out = a @ x.reshape(-1, x.shape[-1])  # (R * H, D)
+    return out.view(-1, x.shape[1], x.shape[2])
+
+
+def _sddmm(side: _CSRSide, a: Tensor, b: Tensor) -> Tensor:
+    """<a_row, b_col> on every edge and head: a (R, H, D), b (C, H, D) -> (E, H)."""
+    pattern = _csr(side, a.new_zeros(side.col.numel()))
+    flat = a.reshape(-1, a.shape[-1])  # (R * H, D)
+    vals = torch.sparse.sampled_addmm(pattern, flat, b.reshape(-1, b.shape[-1]).t(), beta=0.0)
+    out = vals.values().new_empty(side.col.numel()).index_copy_(0, side.order, vals.values())
+    return out.view(-1, a.shape[1])
+
+
+class _EdgeSum(torch.autograd.Function):
+    """out_i = sum_{j -> i} w_ij v_j per head, without (E, H, D) messages.
+
+    Forward is a CSR sparse-dense product; backward is another one for v (the
+    transposed pattern) and a sampled dense-dense product for w, so only the (E, H)
+    weights and v are kept for the backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, w, v, fwd, bwd):
+        ctx.save_for_backward(w, v)
+        ctx.sides = (fwd, bwd)
+        return _spmm(fwd, w, v)  # (Nq, H, Dv)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        w, v = ctx.saved_tensors
+        fwd, bwd = ctx.sides
+        grad_out = grad_out.contiguous()
+        gw = _sddmm(fwd, grad_out, v) if ctx.needs_input_grad[0] else None  # (E, H)
+        gv = _spmm(bwd, w, grad_out) if ctx.needs_input_grad[1] else None  # (Nk, H, Dv)
+        return gw, gv, None, None
+
+
+class _EdgeDot(torch.autograd.Function):
+    """s_e = <q_dst(e), k_src(e)> per head, without gathering (E, H, D) pairs."""
+
+    @staticmethod
+    def forward(ctx, q, k, fwd, bwd):
+        ctx.save_for_backward(q, k)
+        ctx.sides = (fwd, bwd)
+        return _sddmm(fwd, q, k)  # (E, H)
+
+    @staticmethod
+    def backward(ctx, grad_s):
+        q, k = ctx.saved_tensors
+        fwd, bwd = ctx.sides
+        gq = _spmm(fwd, grad_s, k) if ctx.needs_input_grad[0] else None  # (Nq, H, D)
+        gk = _spmm(bwd, grad_s, q) if ctx.needs_input_grad[1] else None  # (Nk, H, D)
+        return gq, gk, None, None
+
+
+def _use_csr(x: Tensor) -> bool:
+    """CSR kernels serve eager CPU runs; compiled or accelerator runs use index_add."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def _attend_edges(q, k, v, top: Edges, score, bias, mask, edge_attr, p, top_k):
     src, dst = top.index[0], top.index[1]
+    heads = q.shape[1]
+    csr = _use_csr(v) and top.num_edges > 0
     pq, pk = _prepare(score, q, k)
-    logits = _combine(score, pq[dst], pk[src], edge_attr)  # (E, H)
+    scale = _dot_scale(score, pq.shape[-1])
+    if csr and scale is not None and edge_attr is None:
+        fwd, bwd = _csr_pair(top, heads)
+        logits = _EdgeDot.apply(pq.contiguous(), pk.contiguous(), fwd, bwd) * scale  # (E, H)
+    else:
+        pq_e, pk_e = pq.index_select(0, dst), pk.index_select(0, src)  # (E, H, A)
+        logits = _combine(score, pq_e, pk_e, edge_attr)  # (E, H)
     if bias is not None:
         logits = logits + bias
     w = segment_softmax(logits, dst, top.num_q, mask)  # (E, H)
     if top_k is not None:
         w = _hard_edges(w, dst, top.num_q, top_k, mask)
     wd = F.dropout(w, p) if p > 0 else w
+    if csr:
+        fwd, bwd = _csr_pair(top, heads)
+        return _EdgeSum.apply(wd.contiguous(), v.contiguous(), fwd, bwd), w
     msg = v[src] * wd[..., None]  # (E, H, Dv)
     out = v.new_zeros(top.num_q, v.shape[1], v.shape[2]).index_add_(0, dst, msg)  # (Nq, H, Dv)
     return out, w
@@ -367,54 +492,81 @@ def size_buckets(sizes_q: Tensor, sizes_kv: Tensor) -> list[Tensor]:
     return [active[key == u] for u in torch.unique(key)]
 
 
-def _bucket_index(ptr: Tensor, sets: Tensor, sizes: Tensor, length: int):
-    """Node index (B, L) of each padded slot (clamped) and its validity (B, L)."""
+@dataclass
+class _Bucket:
+    """Sets padded together: node index and validity of every slot, per side."""
+
+    sets: Tensor  # (B,) set indices, ascending
+    q_index: Tensor  # (B, Lq) query node of each slot (padded slots repeat a real one)
+    q_valid: Tensor  # (B, Lq)
+    k_index: Tensor  # (B, Lk)
+    k_valid: Tensor  # (B, Lk)
+    padded: bool  # some slot is padding
+    whole: bool  # the bucket is the whole batch without padding: plain reshapes suffice
+
+
+def _slots(ptr: Tensor, sets: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:
+    """Node index (B, L) of each padded slot and its validity (B, L)."""
+    length = int(sizes[sets].max())
     pos = torch.arange(length, device=ptr.device)  # (L,)
     valid = pos[None, :] < sizes[sets][:, None]  # (B, L)
     index = ptr[sets][:, None] + pos[None, :]  # (B, L)
-    index = torch.where(valid, index, ptr[sets][:, None])  # padded slots read the set's first
-    return index, valid
+    return torch.where(valid, index, ptr[sets][:, None]), valid
+
+
+def _plan(top: Bipartite) -> list[_Bucket]:
+    """The size buckets of a topology, computed once and cached on it."""
+    if "plan" not in top._cache:
+        plan = []
+        for sets in size_buckets(top.sizes_q, top.sizes_kv):
+            qi, qv = _slots(top.ptr_q, sets, top.sizes_q)
+            ki, kv = _slots(top.ptr_kv, sets, top.sizes_kv)
+            padded = not bool(qv.all() and kv.all())
+            whole = not padded and sets.numel() == top.sizes_q.numel()
+            plan.append(_Bucket(sets, qi, qv, ki, kv, padded, whole))
+        top._cache["plan"] = plan
+    return top._cache["plan"]
+
+
+def _bucket_edge_ids(top: Bipartite, bk: _Bucket) -> tuple[Tensor, Tensor]:
+    """Canonical edge id (B, Lq, Lk) of every slot pair (0 where padded) and validity."""
+    edge_off = top.edge_offsets()
+    lq, lk = bk.q_valid.shape[1], bk.k_valid.shape[1]
+    nk = top.sizes_kv[bk.sets][:, None, None]
+    eid = (edge_off[bk.sets][:, None, None]
+           + torch.arange(lq, device=nk.device)[None, :, None] * nk
+           + torch.arange(lk, device=nk.device)[None, None, :])  # (B, Lq, Lk)
+    pair_valid = bk.q_valid[:, :, None] & bk.k_valid[:, None, :]  # (B, Lq, Lk)
+    return torch.where(pair_valid, eid, torch.zeros_like(eid)), pair_valid
 
 
 def _attend_blocks(q, k, v, top: Bipartite, score, bias, mask, edge_attr, p, top_k,
                    need_weights):
-    sizes_q, sizes_kv = top.sizes_q, top.sizes_kv
     heads, dv = v.shape[1], v.shape[2]
     pq, pk = _prepare(score, q, k)
     scale = _dot_scale(score, pq.shape[-1])
     per_edge = bias is not None or mask is not None or edge_attr is not None or need_weights
-    edge_off = top.edge_offsets() if per_edge else None
+    use_sdpa = scale is not None and edge_attr is None and top_k is None and not need_weights
 
     rows, outs, edge_ids, weights = [], [], [], []
-    for sets in size_buckets(sizes_q, sizes_kv):
-        lq, lk = int(sizes_q[sets].max()), int(sizes_kv[sets].max())
-        b = sets.numel()
-        uniform = bool((sizes_q[sets] == lq).all() and (sizes_kv[sets] == lk).all())
-        qi, qvalid = _bucket_index(top.ptr_q, sets, sizes_q, lq)  # (B, Lq)
-        ki, kvalid = _bucket_index(top.ptr_kv, sets, sizes_kv, lk)  # (B, Lk)
-        if uniform and sets.numel() == sizes_q.numel():  # the whole batch, no padding
+    for bk in _plan(top):
+        if bk.whole:  # one bucket, no padding: plain reshapes
+            b, lq, lk = bk.sets.numel(), bk.q_valid.shape[1], bk.k_valid.shape[1]
             qb = pq.reshape(b, lq, heads, -1)  # (B, Lq, H, A)
             kb, vb = pk.reshape(b, lk, heads, -1), v.reshape(b, lk, heads, dv)
         else:
-            qb, kb, vb = pq[qi], pk[ki], v[ki]  # (B, L, H, .)
+            qb, kb, vb = pq[bk.q_index], pk[bk.k_index], v[bk.k_index]  # (B, L, H, .)
 
-        # per-edge inputs, canonical (target-major) order -> (B, Lq, Lk)
-        pair_valid = qvalid[:, :, None] & kvalid[:, None, :]  # (B, Lq, Lk)
-        eid = None
+        # per-edge inputs in canonical (target-major) order -> (B, H|1, Lq, Lk)
+        eid = pair_valid = None
         if per_edge:
-            nk = sizes_kv[sets][:, None, None]
-            eid = (edge_off[sets][:, None, None]
-                   + torch.arange(lq, device=q.device)[None, :, None] * nk
-                   + torch.arange(lk, device=q.device)[None, None, :])  # (B, Lq, Lk)
-            eid = torch.where(pair_valid, eid, torch.zeros_like(eid))
-        ok = None if uniform else kvalid[:, None, None, :]  # (B, 1, 1, Lk)
+            eid, pair_valid = _bucket_edge_ids(top, bk)
+        ok = bk.k_valid[:, None, None, :] if bk.padded else None  # (B, 1, 1, Lk)
         if mask is not None:
             m = mask[eid].permute(0, 3, 1, 2)  # (B, H|1, Lq, Lk)
             ok = m if ok is None else ok & m
-        dense_bias = None if bias is None else bias[eid].permute(0, 3, 1, 2)  # (B, H|1, Lq, Lk)
+        dense_bias = None if bias is None else bias[eid].permute(0, 3, 1, 2)
 
-        use_sdpa = (scale is not None and edge_attr is None and top_k is None
-                    and not need_weights)
         if use_sdpa:
             ob = _sdpa_block(qb, kb, vb, ok, dense_bias, scale, p)  # (B, Lq, H, Dv)
         else:
@@ -433,11 +585,11 @@ def _attend_blocks(q, k, v, top: Bipartite, score, bias, mask, edge_attr, p, top
             if need_weights:
                 edge_ids.append(eid[pair_valid])
                 weights.append(w.permute(0, 2, 3, 1)[pair_valid])  # (E_b, H)
-        if uniform and sets.numel() == sizes_q.numel():
-            return ob.reshape(top.num_q, heads, dv), _gather_weights(weights, edge_ids, top, v,
-                                                                     need_weights)
-        rows.append(qi[qvalid])
-        outs.append(ob[qvalid])  # (Nq_b, H, Dv)
+        if bk.whole:
+            out = ob.reshape(top.num_q, heads, dv)
+            return out, _gather_weights(weights, edge_ids, top, v, need_weights)
+        rows.append(bk.q_index[bk.q_valid])
+        outs.append(ob[bk.q_valid])  # (Nq_b, H, Dv)
 
     out = v.new_zeros(top.num_q, heads, dv)
     if rows:

@@ -1,0 +1,63 @@
+"""Shared timing and memory helpers for the benchmark scripts.
+
+Time: median wall time of several forward+backward runs after warm-up, in one process.
+Memory: each case is re-run in a fresh subprocess (``python SCRIPT --memory CASE``),
+which reports the growth of its peak resident set size (ru_maxrss) over its resident
+size just before the measured forward+backward. That counts everything the run
+allocates (activations, gradients, temporaries), the CPU analogue of
+``torch.cuda.max_memory_allocated`` deltas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+
+def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_mb_here(fn: Callable[[], object]) -> float:
+    """Peak RSS growth (MB) of one ``fn()`` call in this (fresh) process."""
+    before = _rss_mb()
+    fn()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB -> MB on Linux
+    return max(peak - before, 0.0)
+
+
+def peak_mb_subprocess(script: str, case: str, extra: list[str] | None = None) -> float:
+    """Run ``python script --memory case`` and read the MB figure it prints as JSON."""
+    cmd = [sys.executable, script, "--memory", case, *(extra or [])]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["peak_mb"])
+
+
+def print_table(header: list[str], rows: list[list[object]]) -> None:
+    """Print a plain aligned text table."""
+    cells = [header] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for n, r in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
