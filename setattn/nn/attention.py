@@ -100,10 +100,10 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        h = self.heads
-        q = self.q_proj(query).view(query.shape[0], h, -1)  # (Nq, H, Dh)
-        k = self.k_proj(key).view(key.shape[0], h, -1)  # (Nk, H, Dh)
-        v = self.v_proj(value).view(value.shape[0], h, -1)  # (Nk, H, Dh)
+        h, dh = self.heads, self.dim // self.heads
+        q = self.q_proj(query).view(query.shape[0], h, dh)  # (Nq, H, Dh)
+        k = self.k_proj(key).view(key.shape[0], h, dh)  # (Nk, H, Dh)
+        v = self.v_proj(value).view(value.shape[0], h, dh)  # (Nk, H, Dh)
         res = attend(q, k, v, topology, self.score, mask=mask, bias=bias, edge_attr=edge_attr,
                      dropout=self.dropout, training=self.training, return_weights=return_weights)
         z, graph = res if return_weights else (res, None)

@@ -25,6 +25,11 @@ def _split(x: Tensor | tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     return x_src, x_dst
 
 
+def _as_2d(edge_attr: Tensor) -> Tensor:
+    """(E,) or (E, A) edge features -> (E, A)."""
+    return edge_attr[:, None] if edge_attr.dim() == 1 else edge_attr
+
+
 def _with_self_loops(edge_index: Tensor, edge_attr: Tensor | None, num_nodes: int,
                      fill_value: float | Tensor | str) -> tuple[Tensor, Tensor | None]:
     """Replace existing self loops by one per node i < num_nodes (PyG's rule for GAT)."""
@@ -132,15 +137,17 @@ class GATConv(nn.Module):
         x_src, x_dst = _split(x)
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst
-        xs = lin_src(x_src).view(-1, h, c)  # (Ns, H, C)
-        xd = xs if (x_dst is x_src and lin_dst is lin_src) else lin_dst(x_dst).view(-1, h, c)
+        xs = lin_src(x_src).view(x_src.shape[0], h, c)  # (Ns, H, C)
+        xd = xs  # (Nt, H, C)
+        if x_dst is not x_src or lin_dst is not lin_src:
+            xd = lin_dst(x_dst).view(x_dst.shape[0], h, c)
         ns, nt = xs.shape[0], xd.shape[0]
         if self.add_self_loops:
             edge_index, edge_attr = _with_self_loops(edge_index, edge_attr, min(ns, nt),
                                                      self.fill_value)
         alpha_edge = None
         if edge_attr is not None and self.lin_edge is not None:
-            e = self.lin_edge(edge_attr.view(edge_attr.shape[0], -1)).view(-1, h, c)  # (E, H, C)
+            e = self.lin_edge(_as_2d(edge_attr)).view(edge_attr.shape[0], h, c)  # (E, H, C)
             alpha_edge = (e * self.att_edge).sum(-1)  # (E, H)
         z = attend(xd, xs, xs, edges(edge_index, (ns, nt)), self.score, edge_attr=alpha_edge,
                    dropout=self.dropout, training=self.training, return_weights=return_weights)
@@ -243,9 +250,10 @@ class GATv2Conv(nn.Module):
         """
         h, c = self.heads, self.out_channels
         x_src, x_dst = _split(x)
-        x_l = self.lin_l(x_src).view(-1, h, c)  # (Ns, H, C) sources: keys and values
-        same = x_dst is x_src and self.lin_r is self.lin_l
-        x_r = x_l if same else self.lin_r(x_dst).view(-1, h, c)  # (Nt, H, C) targets
+        x_l = self.lin_l(x_src).view(x_src.shape[0], h, c)  # (Ns, H, C) sources: keys, values
+        x_r = x_l  # (Nt, H, C) targets: queries
+        if x_dst is not x_src or self.lin_r is not self.lin_l:
+            x_r = self.lin_r(x_dst).view(x_dst.shape[0], h, c)
         ns, nt = x_l.shape[0], x_r.shape[0]
         if self.add_self_loops:
             edge_index, edge_attr = _with_self_loops(edge_index, edge_attr, min(ns, nt),
@@ -254,7 +262,7 @@ class GATv2Conv(nn.Module):
         if edge_attr is not None:
             if self.lin_edge is None:
                 raise ValueError("edge_attr given but the layer was built without edge_dim")
-            e = self.lin_edge(edge_attr.view(edge_attr.shape[0], -1)).view(-1, h, c)  # (E, H, C)
+            e = self.lin_edge(_as_2d(edge_attr)).view(edge_attr.shape[0], h, c)  # (E, H, C)
         z = attend(x_r, x_l, x_l, edges(edge_index, (ns, nt)), self.score, edge_attr=e,
                    dropout=self.dropout, training=self.training, return_weights=return_weights)
         z, graph = z if return_weights else (z, None)  # z: (Nt, H, C)

@@ -90,7 +90,8 @@ class GlobalAttentionPool(nn.Module):
             else:
                 q = self.query.expand(g, -1, -1)  # (G, H, Dk)
             score = self.score
-        v = values.view(n, k.shape[1], -1)  # (N, H, F / H)
+        h = k.shape[1]
+        v = values.view(n, h, values.shape[1] // h)  # (N, H, F / H)
         return attend(q, k, v, top, score).reshape(g, -1)  # (G, F)
 
     @classmethod
@@ -131,4 +132,4 @@ class PMA(nn.Module):
         ptr_s = torch.arange(g + 1, device=x.device) * k  # (G + 1,)
         s = self.seeds.repeat(g, 1)  # (G * k, D)
         out = self.mab(s, bipartite(ptr_s, ptr), self.rff(x))  # (G * k, D)
-        return out.view(g, k, -1)
+        return out.view(g, k, self.seeds.shape[1])
