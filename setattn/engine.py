@@ -406,7 +406,9 @@ def _use_csr(x: Tensor) -> bool:
 def _attend_edges(q, k, v, top: Edges, score, bias, mask, edge_attr, p, top_k):
     src, dst = top.index[0], top.index[1]
     heads = q.shape[1]
-    csr = _use_csr(v) and top.num_edges > 0
+    # sampled_addmm rejects patterns with more entries than the dense matrix has, which a
+    # multigraph (repeated edges) can reach: those fall back to index_add
+    csr = _use_csr(v) and 0 < top.num_edges <= top.num_q * top.num_kv
     pq, pk = _prepare(score, q, k)
     scale = _dot_scale(score, pq.shape[-1])
     if csr and scale is not None and edge_attr is None:
@@ -591,9 +593,10 @@ def _attend_blocks(q, k, v, top: Bipartite, score, bias, mask, edge_attr, p, top
         rows.append(bk.q_index[bk.q_valid])
         outs.append(ob[bk.q_valid])  # (Nq_b, H, Dv)
 
+    if not rows:  # no set has both queries and keys: zeros, still on the autograd graph
+        rows, outs = [top.ptr_q[:0]], [v[:0]]
     out = v.new_zeros(top.num_q, heads, dv)
-    if rows:
-        out = out.index_copy(0, torch.cat(rows), torch.cat(outs))
+    out = out.index_copy(0, torch.cat(rows), torch.cat(outs))
     return out, _gather_weights(weights, edge_ids, top, v, need_weights)
 
 
