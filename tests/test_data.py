@@ -231,7 +231,9 @@ def test_solubility_pair():
 
 def test_molecule_csv_invalid_smiles_reports_row(tmp_path):
     path = tmp_path / "mols.csv"
-    path.write_text("smiles,logp,name\nCCO,1.5,ethanol\nC1CC,2,broken\n,,empty\nc1ccccc1,,benzene\n")
+    path.write_text(
+        "smiles,logp,name\nCCO,1.5,ethanol\nC1CC,2,broken\n,,empty\nc1ccccc1,,benzene\n"
+    )
     result = sd.load_molecule_csv(path, "smiles", "logp")
     assert [d.smiles for d in result.data] == ["CCO", "c1ccccc1"]
     assert [d.row for d in result.data] == [0, 3]

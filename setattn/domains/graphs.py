@@ -8,7 +8,8 @@ Naming rule shared by both directions, so that round trips are exact:
   becomes ``edge_weight`` (PyG's name for scalar edge weights) and back.
 
 Nodes are numbered 0 .. N-1 in ``G.nodes`` order. Edges j -> i are stored with
-row 0 = source j, row 1 = target i; an undirected graph gives both directions.
+row 0 = source j, row 1 = target i, in ``G.edges`` order (networkx groups edges by
+source); an undirected graph gives both directions.
 """
 
 from __future__ import annotations
