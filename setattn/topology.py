@@ -227,6 +227,12 @@ def window(ptr: Tensor | list[int], radius: int) -> Window:
     return Window(_check_ptr(ptr, "ptr"), int(radius))
 
 
+# One-slot memo: the layers of a model usually receive the same edge_index tensor, and
+# reusing its Edges object reuses the CSR layouts the engine caches on it. Keyed by the
+# tensor's identity and in-place version, so a changed or different tensor never matches.
+_last_edges: list[tuple[Tensor, int, object, Edges]] = []
+
+
 def edges(edge_index: Tensor, num_nodes: int | tuple[int, int] | None = None) -> Edges:
     """An explicit sparse graph.
 
@@ -236,6 +242,18 @@ def edges(edge_index: Tensor, num_nodes: int | tuple[int, int] | None = None) ->
             bipartite graph; inferred from the largest index when omitted.
     """
     edge_index = torch.as_tensor(edge_index)
+    key = tuple(num_nodes) if isinstance(num_nodes, (tuple, list)) else num_nodes
+    if _last_edges:
+        t, version, last_key, top = _last_edges[0]
+        if t is edge_index and version == edge_index._version and last_key == key:
+            return top
+    top = _make_edges(edge_index, num_nodes)
+    _last_edges[:] = [(edge_index, edge_index._version, key, top)]
+    return top
+
+
+def _make_edges(edge_index: Tensor, num_nodes: int | tuple[int, int] | None) -> Edges:
+    """Validate an edge list and wrap it (see :func:`edges`)."""
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
     if edge_index.dtype != torch.long:

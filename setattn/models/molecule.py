@@ -1,0 +1,176 @@
+"""Molecule property predictor: attention over the atom graph, attention pooling, MLP.
+
+    atoms x (N, F_atom) --Linear--> h (N, D)
+    L x [ h = h + ELU(GATv2Conv(LayerNorm(h), bonds + self loops, bond features)) ]
+    readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
+             [++ molecule descriptors (G, F_desc)]
+    head: Linear -> ReLU -> Dropout -> Linear -> (G, T)
+
+Regression outputs are in standardised target units (the trainer scales them back);
+classification outputs are logits, one per task. The readout's attention weights
+(which atoms the molecule's summary looked at) are what ``setattn explain`` draws;
+they are recorded under the module path ``"pool"`` by ``setattn.capture()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.utils import scatter
+
+from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
+from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool
+
+
+@dataclass
+class MoleculeModelConfig:
+    """Everything needed to rebuild a ``MoleculeModel`` (stored in checkpoints as JSON).
+
+    Attributes:
+        num_tasks: T, targets predicted per molecule.
+        task: "regression" or "classification" (T independent binary tasks).
+        hidden: D, atom state width (divisible by ``heads``).
+        layers: L, graph attention layers.
+        heads: H, attention heads in each layer and in the readout.
+        conv: "gatv2" or "gat".
+        dropout: dropout in the head MLP and on attention weights.
+        descriptor_dim: width of per-molecule descriptors appended to the readout (0: none).
+        atom_dim: F_atom, atom feature width.
+        bond_dim: F_bond, bond feature width (one more slot marks self loops).
+    """
+
+    num_tasks: int = 1
+    task: str = "regression"
+    hidden: int = 128
+    layers: int = 3
+    heads: int = 4
+    conv: str = "gatv2"
+    dropout: float = 0.0
+    descriptor_dim: int = 0
+    atom_dim: int = ATOM_FEATURE_DIM
+    bond_dim: int = BOND_FEATURE_DIM
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MoleculeModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
+        return cls(**d)
+
+    def validate(self) -> None:
+        if self.task not in ("regression", "classification"):
+            raise ValueError(f"task must be 'regression' or 'classification', got {self.task!r}")
+        if self.conv not in ("gat", "gatv2"):
+            raise ValueError(f"conv must be 'gat' or 'gatv2', got {self.conv!r}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.num_tasks < 1 or self.layers < 0:
+            raise ValueError("num_tasks must be >= 1 and layers >= 0")
+
+
+def add_self_loops(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """Append one self loop per atom, marked by an extra last bond-feature slot.
+
+    Args:
+        edge_index: (2, E) bonds in both directions.
+        edge_attr: (E, F_bond) bond features.
+        num_nodes: N atoms.
+
+    Returns:
+        edge_index (2, E + N) and edge_attr (E + N, F_bond + 1).
+    """
+    loops = torch.arange(num_nodes, device=edge_index.device)
+    edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)  # (2, E + N)
+    bonds = F.pad(edge_attr, (0, 1))  # (E, F + 1), self-loop slot 0
+    marks = edge_attr.new_zeros(num_nodes, edge_attr.shape[1] + 1)  # (N, F + 1)
+    marks[:, -1] = 1.0
+    return edge_index, torch.cat([bonds, marks], 0)
+
+
+class MoleculeModel(nn.Module):
+    """Graph attention encoder + attention readout over atoms, for T targets.
+
+    Args:
+        config: the architecture (see ``MoleculeModelConfig``).
+    """
+
+    def __init__(self, config: MoleculeModelConfig):
+        super().__init__()
+        config.validate()
+        self.config = c = config
+        conv = GATv2Conv if c.conv == "gatv2" else GATConv
+        self.embed = nn.Linear(c.atom_dim, c.hidden)
+        self.convs = nn.ModuleList([
+            conv(c.hidden, c.hidden // c.heads, heads=c.heads, edge_dim=c.bond_dim + 1,
+                 add_self_loops=False, dropout=c.dropout)
+            for _ in range(c.layers)
+        ])
+        self.norms = nn.ModuleList([nn.LayerNorm(c.hidden) for _ in range(c.layers)])
+        self.pool = GlobalAttentionPool(c.hidden, heads=c.heads)
+        self.head = nn.Sequential(
+            nn.Linear(2 * c.hidden + c.descriptor_dim, c.hidden), nn.ReLU(),
+            nn.Dropout(c.dropout), nn.Linear(c.hidden, c.num_tasks),
+        )
+        # statistics fitted on the training set, saved with the weights
+        self.register_buffer("target_mean", torch.zeros(c.num_tasks))  # (T,)
+        self.register_buffer("target_std", torch.ones(c.num_tasks))  # (T,)
+        self.register_buffer("descriptor_mean", torch.zeros(c.descriptor_dim))  # (F_desc,)
+        self.register_buffer("descriptor_std", torch.ones(c.descriptor_dim))  # (F_desc,)
+
+    def fit_scaling(self, y: Tensor, descriptors: Tensor | None = None) -> None:
+        """Set target (regression) and descriptor scaling from training data.
+
+        Args:
+            y: (M, T) training targets, NaN where missing.
+            descriptors: (M, F_desc) training descriptors, when the config uses them.
+        """
+        if self.config.task == "regression":
+            mean = torch.nanmean(y, 0)  # (T,)
+            std = torch.nanmean((y - mean).square(), 0).sqrt()  # (T,)
+            self.target_mean.copy_(torch.nan_to_num(mean))
+            self.target_std.copy_(torch.nan_to_num(std, nan=1.0).clamp_min(1e-6))
+        if self.config.descriptor_dim and descriptors is not None:
+            self.descriptor_mean.copy_(descriptors.mean(0))
+            self.descriptor_std.copy_(descriptors.std(0).nan_to_num(1.0).clamp_min(1e-6))
+
+    def scale_targets(self, y: Tensor) -> Tensor:
+        """(G, T) targets in the units the forward pass predicts (standardised for regression)."""
+        if self.config.task == "regression":
+            return (y - self.target_mean) / self.target_std
+        return y
+
+    @torch.no_grad()
+    def predict(self, batch) -> Tensor:
+        """(G, T) predictions in target units (regression) or probabilities (classification)."""
+        out = self(batch)
+        if self.config.task == "regression":
+            return out * self.target_std + self.target_mean
+        return torch.sigmoid(out)
+
+    def forward(self, batch) -> Tensor:
+        """Args:
+            batch: a PyG ``Batch`` with ``x`` (N, F_atom), ``edge_index`` (2, E),
+                ``edge_attr`` (E, F_bond), ``batch`` (N,), and ``descriptors``
+                (G, F_desc) when the config has ``descriptor_dim`` > 0.
+
+        Returns:
+            (G, T) standardised regression outputs or classification logits.
+        """
+        g = batch.num_graphs
+        edge_index, edge_attr = add_self_loops(batch.edge_index, batch.edge_attr, batch.num_nodes)
+        h = self.embed(batch.x)  # (N, D)
+        for conv, norm in zip(self.convs, self.norms):
+            h = h + F.elu(conv(norm(h), edge_index, edge_attr))  # (N, D)
+        parts = [self.pool(h, batch.batch, num_graphs=g),  # (G, D)
+                 scatter(h, batch.batch, 0, dim_size=g, reduce="sum")]  # (G, D)
+        if self.config.descriptor_dim:
+            d = (batch.descriptors - self.descriptor_mean) / self.descriptor_std  # (G, F_desc)
+            parts.append(d.clamp(-10.0, 10.0))
+        return self.head(torch.cat(parts, 1))  # (G, T)
