@@ -136,3 +136,21 @@ def test_attention_weights_are_captured():
     assert graph.weights.shape == (graph.edge_index.shape[1], 2)
     sums = torch.zeros(9, 2).index_add_(0, graph.edge_index[1], graph.weights)
     assert torch.allclose(sums, torch.ones(9, 2), atol=1e-5)  # self loops: no empty row
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv])
+def test_empty_graph(ours):
+    layer = ours(4, 3, heads=2, edge_dim=2)
+    out = layer(torch.randn(0, 4), torch.empty(2, 0, dtype=torch.long), torch.randn(0, 2))
+    assert out.shape == (0, 6)
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv])
+def test_dropout_only_when_training(ours):
+    x, ei, _ = random_graph(9, 10, 30, f=4)
+    layer = ours(4, 3, heads=2, dropout=0.5)
+    layer.eval()
+    assert torch.equal(layer(x, ei), layer(x, ei))
+    layer.train()
+    out = layer(x, ei)
+    assert torch.isfinite(out).all() and not torch.allclose(out, layer.eval()(x, ei))

@@ -107,3 +107,9 @@ def test_context_required():
     pool = GlobalAttentionPool(6, heads=2, context_dim=5)
     with pytest.raises(ValueError, match="context"):
         pool(torch.randn(4, 6))
+
+
+def test_no_graphs_at_all():
+    x = torch.randn(0, 6)
+    assert GlobalAttentionPool(6, heads=2)(x, ptr=torch.tensor([0])).shape == (0, 6)
+    assert PMA(6, heads=2, num_seeds=3)(x, ptr=torch.tensor([0])).shape == (0, 3, 6)

@@ -40,7 +40,7 @@ def _with_self_loops(edge_index: Tensor, edge_attr: Tensor | None, num_nodes: in
 def _finish(z: Tensor, concat: bool, res: nn.Linear | None, bias: Tensor | None,
             x_dst: Tensor) -> Tensor:
     """(Nt, H, C) attention output -> (Nt, H * C) or (Nt, C), plus skip and bias."""
-    out = z.reshape(z.shape[0], -1) if concat else z.mean(dim=1)
+    out = z.flatten(1) if concat else z.mean(dim=1)
     if res is not None:
         out = out + res(x_dst)
     if bias is not None:

@@ -92,7 +92,7 @@ class GlobalAttentionPool(nn.Module):
             score = self.score
         h = k.shape[1]
         v = values.view(n, h, values.shape[1] // h)  # (N, H, F / H)
-        return attend(q, k, v, top, score).reshape(g, -1)  # (G, F)
+        return attend(q, k, v, top, score).flatten(1)  # (G, F)
 
     @classmethod
     def from_pyg(cls, aggr: nn.Module) -> GlobalAttentionPool:

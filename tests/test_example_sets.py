@@ -1,0 +1,31 @@
+"""examples/sets.py runs end to end in --quick mode and writes metrics.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sets.py"
+
+
+def test_sets_example_quick(tmp_path):
+    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--seed", "1",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith("result:")
+    assert "set transformer" in lines[-1] and "sum pooling" in lines[-1]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(metrics["accuracy"]) == {"max", "distinct"}
+    for task in metrics["accuracy"].values():
+        assert set(task) == {"set_transformer", "sum_pooling"}
+        assert all(0.0 <= acc <= 1.0 for acc in task.values())
+    assert metrics["config"]["seed"] == 1 and metrics["config"]["quick"] is True
+
+
+def test_sets_example_help():
+    run = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0 and "--quick" in run.stdout and "--out" in run.stdout
