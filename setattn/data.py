@@ -315,6 +315,13 @@ _LITERAL_OPCODES = frozenset((
 ))  # fmt: skip
 
 
+class _Global:
+    """A name (``"module attribute"``) from an allowed GLOBAL opcode; never imported."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class _Pending:
     """An object named by a pickle, waiting for its BUILD state (array, dtype, matrix)."""
 
@@ -331,7 +338,23 @@ def _decode_pickle(stream: IO[bytes], name: str) -> Any:
     ``_ALLOWED_GLOBALS``; refuses everything else with a ``ValueError``.
     Python 2 byte strings (how NumPy stored array buffers) come back as ``str``
     decoded as latin-1, which is what ``encoding="latin1"`` would give.
+
+    Args:
+        stream: the open binary file.
+        name: the file name, for error messages.
     """
+    try:
+        return _resolve(_run_opcodes(stream, name), {})
+    except (IndexError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{name}: malformed pickle ({type(err).__name__}: {err})") from None
+    except ValueError as err:
+        if str(err).startswith(f"{name}: "):
+            raise  # already explained by _run_opcodes
+        raise ValueError(f"{name}: malformed pickle ({err})") from None  # e.g. from genops
+
+
+def _run_opcodes(stream: IO[bytes], name: str) -> Any:
+    """The stack machine of ``_decode_pickle``: returns the top object, unresolved."""
     stack: list[Any] = []
     marks: list[int] = []
     memo: dict[int, Any] = {}
@@ -404,7 +427,7 @@ def _decode_pickle(stream: IO[bytes], name: str) -> Any:
                 arg = f"{module} {attribute}"
             if arg not in _ALLOWED_GLOBALS:
                 raise ValueError(f"{name}: refusing to decode a pickle that names {arg!r}")
-            stack.append(("global", arg))
+            stack.append(_Global(arg))
         elif op in ("REDUCE", "NEWOBJ"):
             args = stack.pop()
             func = stack.pop()
@@ -419,14 +442,14 @@ def _decode_pickle(stream: IO[bytes], name: str) -> Any:
             raise ValueError(f"{name}: refusing pickle opcode {op}")
     if len(stack) != 1:
         raise ValueError(f"{name}: malformed pickle ({len(stack)} objects left on the stack)")
-    return _resolve(stack[0], {})
+    return stack[0]
 
 
 def _apply_global(func: Any, args: Any, name: str) -> Any:
     """Evaluate one allowed call (REDUCE / NEWOBJ) as data, never by calling it."""
-    if not (isinstance(func, tuple) and len(func) == 2 and func[0] == "global"):
+    if not isinstance(func, _Global):
         raise ValueError(f"{name}: a pickle call on a non-global object is not data")
-    target = func[1]
+    target = func.name
     if target in _ARRAY_RECONSTRUCT:
         return _Pending("ndarray", args)
     if target == "numpy dtype":

@@ -164,6 +164,18 @@ def test_pickle_decoder_refuses_code(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [b"\x80\x02]q\x00(K\x01", b"\x80\x02K\x01K\x02a.", b"\x80\x02K\x01K\x02."],
+    ids=["truncated", "append-to-int", "two-objects"],
+)
+def test_pickle_decoder_rejects_malformed(payload):
+    import io
+
+    with pytest.raises(ValueError, match="bad.pkl"):
+        sd._decode_pickle(io.BytesIO(payload), "bad.pkl")
+
+
 def test_load_planetoid_missing_files_names_them(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"citeseer\.npz.*ind\.citeseer"):
         sd.load_planetoid(tmp_path, "CiteSeer")

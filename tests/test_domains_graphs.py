@@ -133,3 +133,21 @@ def test_attention_duplicates_and_shapes():
         attention_to_networkx(torch.zeros(3, 2, dtype=torch.long), torch.ones(2, 1))
     with pytest.raises(ValueError, match="node_labels"):
         attention_to_networkx(edge_index, torch.ones(2, 1), node_labels=["a"])
+
+
+def test_attention_num_nodes_pair_from_the_engine():
+    edge_index = torch.tensor([[0, 1, 2], [0, 1, 1]])
+    weights = torch.tensor([[1.0], [0.5], [0.5]])
+    same = attention_to_networkx(edge_index, weights, num_nodes=(3, 3))  # self attention
+    assert sorted(same.nodes) == [0, 1, 2] and same.edges[2, 1]["weight"] == 0.5
+
+    cross = attention_to_networkx(edge_index, weights, num_nodes=(4, 2), node_labels=("wxyz", "ab"))
+    assert cross.number_of_nodes() == 6
+    assert cross.edges[("source", 2), ("target", 1)]["head0"] == 0.5
+    assert cross.nodes[("source", 3)] == {"bipartite": 0, "label": "z"}
+    assert cross.nodes[("target", 0)] == {"bipartite": 1, "label": "a"}
+    assert nx.is_bipartite(cross.to_undirected())
+    forced = attention_to_networkx(edge_index, weights, num_nodes=(3, 3), bipartite=True)
+    assert forced.number_of_nodes() == 6 and forced.has_edge(("source", 0), ("target", 0))
+    inferred = attention_to_networkx(edge_index, weights, bipartite=True)
+    assert inferred.number_of_nodes() == 3 + 2

@@ -86,3 +86,14 @@ def test_errors_name_the_argument():
         patches_to_image(torch.zeros(5, 16), (2, 2), 4)
     with pytest.raises(ValueError, match="argument patch_size"):
         patches_to_image(Data(x=torch.zeros(4, 10)), (2, 2), 3)
+    with pytest.raises(ValueError, match="argument grid_edges"):
+        image_to_patches(torch.zeros(1, 4, 4), 2, grid_edges=6)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from setattn.domains import images
+
+    result = doctest.testmod(images, verbose=False)
+    assert result.attempted > 0 and result.failed == 0

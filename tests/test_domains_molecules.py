@@ -195,3 +195,12 @@ def test_bad_arguments():
         mol_to_data("CCO", graph="dense")
     with pytest.raises(ValueError, match="no atoms"):
         mol_to_data(Chem.Mol())
+
+
+def test_docstring_examples():
+    import doctest
+
+    from setattn.domains import molecules
+
+    result = doctest.testmod(molecules, verbose=False)
+    assert result.attempted > 0 and result.failed == 0

@@ -99,6 +99,10 @@ def test_empty_document_gives_empty_set():
     assert data.pos.shape == (0,)
     assert data.edge_index.shape == (2, 0) and data.edge_index.dtype == torch.long
     assert document_to_data(" ?! ", vocab, tokenizer=Tokenizer(punctuation="drop")).num_nodes == 0
+    with pytest.raises(TypeError, match="argument document"):
+        document_to_data(None, Vocabulary())
+    with pytest.raises(ValueError, match="max_length"):
+        document_to_data("a b", Vocabulary(), max_length=-1)
 
 
 def test_batch_with_an_empty_document():
@@ -132,3 +136,12 @@ def test_mr_sentences_as_word_sets():
     batch = documents_to_batch(documents[:64], vocab, labels=mr.labels[:64])
     assert batch.num_nodes == sum(counts[:64])
     assert batch.y.tolist() == [0] * 64
+
+
+def test_docstring_examples():
+    import doctest
+
+    from setattn.domains import text
+
+    result = doctest.testmod(text, verbose=False)
+    assert result.attempted > 0 and result.failed == 0

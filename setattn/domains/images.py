@@ -118,6 +118,8 @@ def image_to_patches(
             ``patch_size`` (the message names the argument and the side).
     """
     channels, rows, cols = _check_image(image, patch_size)
+    if grid_edges not in (None, 4, 8):
+        raise ValueError(f"argument grid_edges must be None, 4 or 8, got {grid_edges!r}")
     p = patch_size
     patches = image.reshape(channels, rows, p, cols, p).permute(1, 3, 0, 2, 4)  # (Gh, Gw, C, p, p)
     x = patches.reshape(rows * cols, channels * p * p)  # (P, C*p*p)

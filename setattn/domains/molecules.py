@@ -10,7 +10,9 @@ feature). Two topologies are offered:
   densely); instead ``dist`` holds the topological (bond count) distance of all
   N * N ordered pairs, self pairs included (distance 0), in target-major order:
   ``dist[i * N + j]`` is the distance from source atom j to target atom i, so an
-  attention bias can be gathered as ``bias_table[dist].view(N, N)``.
+  attention bias can be gathered as ``bias_table[dist].view(N, N)``. Atoms with
+  no path between them (only with ``largest_fragment=False``) get distance N.
+  A ``Batch`` concatenates the per-molecule blocks; ``ptr`` delimits them.
 
 Atom features (``ATOM_FEATURE_DIM`` = 59 columns, one-hot groups with an "other"
 slot where the value set is open, see ``atom_feature_names()``): element,
@@ -141,8 +143,9 @@ _BOND_RING_COL = _CONJUGATED_COL + 1
 _STEREO_COL, _STEREO_OTHER = _group_lookup(_STEREOS, _BOND_RING_COL + 1)
 BOND_FEATURE_DIM: int = _STEREO_OTHER + 1
 
-# Every atom sets exactly this many columns to 1 (one per group, or 0 for the
-# two binary flags, which are handled separately).
+# One hot column per one-hot group: an atom has 6 (element, degree, charge,
+# hybridisation, H count, chirality), a bond 2 (type, stereo). The binary flags
+# (aromatic / conjugated, in ring) are set separately, only when true.
 _ONE_HOT_GROUPS_PER_ATOM = 6
 _ONE_HOT_GROUPS_PER_BOND = 2
 

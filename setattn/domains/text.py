@@ -275,9 +275,16 @@ def document_to_data(
     """
     if isinstance(document, str):
         tokens = (tokenizer or Tokenizer())(document)
-    else:
+    elif isinstance(document, Sequence):
         tokens = list(document)
+    else:
+        raise TypeError(
+            "argument document must be a text or a sequence of tokens, "
+            f"got {type(document).__name__}"
+        )
     if max_length is not None:
+        if max_length < 0:
+            raise ValueError(f"argument max_length must be >= 0, got {max_length}")
         tokens = tokens[:max_length]
     num_tokens = len(tokens)
     data = Data(
