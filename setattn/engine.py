@@ -60,12 +60,12 @@ class AttentionGraph:
         return attention_to_networkx(self.edge_index, self.weights, num_nodes=self.num_nodes)
 
     def to_dense(self) -> Tensor:
-        """(H, num_q, num_kv) weight matrix (zeros where there is no edge)."""
+        """(H, num_q, num_kv) weight matrix (zeros where there is no edge; repeated edges add)."""
         src, dst = self.edge_index
         h = self.weights.shape[1]
         dense = self.weights.new_zeros(h, self.num_nodes[1], self.num_nodes[0])
-        dense[:, dst, src] = self.weights.t()
-        return dense
+        heads = torch.arange(h, device=dense.device)[:, None]  # (H, 1)
+        return dense.index_put_((heads, dst[None], src[None]), self.weights.t(), accumulate=True)
 
 
 def attend(
@@ -116,7 +116,9 @@ def attend(
                                      or edge_attr is not None) else None
     bias = _per_edge(bias, "bias", n_edges, q.shape[1])
     mask = _per_edge(mask, "mask", n_edges, q.shape[1])
-    edge_attr = _check_edge_attr(edge_attr, n_edges)
+    if mask is not None and mask.dtype != torch.bool:  # SDPA would read a float mask as a bias
+        raise ValueError(f"mask must be a bool tensor (True keeps the edge), got {mask.dtype}")
+    edge_attr = _check_edge_attr(edge_attr, n_edges, q.shape[1])
 
     if isinstance(topology, Edges):
         out, w = _attend_edges(q, k, v, topology, score, bias, mask, edge_attr, p, top_k)
@@ -141,6 +143,8 @@ def attend(
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, top: Topology) -> None:
+    if not isinstance(top, Bipartite | Window | Edges):
+        raise TypeError(f"topology must come from setattn.topology, got {type(top).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 3:
             raise ValueError(f"{name} must have shape (N, H, D), got {tuple(t.shape)}")
@@ -168,9 +172,12 @@ def _per_edge(t: Tensor | None, name: str, n_edges: int | None, heads: int) -> T
     return t
 
 
-def _check_edge_attr(t: Tensor | None, n_edges: int | None) -> Tensor | None:
-    if t is not None and t.shape[0] != n_edges:
-        raise ValueError(f"edge_attr must have E={n_edges} rows, got {tuple(t.shape)}")
+def _check_edge_attr(t: Tensor | None, n_edges: int | None, heads: int) -> Tensor | None:
+    if t is not None and (t.dim() not in (2, 3) or t.shape[0] != n_edges or t.shape[1] != heads):
+        raise ValueError(
+            f"edge_attr must have shape (E, H) or (E, H, A) with E={n_edges}, H={heads}; "
+            f"got {tuple(t.shape)}"
+        )
     return t
 
 

@@ -206,7 +206,7 @@ def attend(
         if hard is not None:
             chosen = torch.zeros_like(alive)
             for h in range(heads):
-                ranked = sorted(range(len(mine)), key=lambda a: -float(p[a, h]))
+                ranked = sorted(range(len(mine)), key=lambda a: -float(p[a, h].detach()))
                 chosen[ranked[:hard], h] = True
             p = p * (chosen & alive)
             p = p / p.sum(0).clamp_min(1e-300)

@@ -157,12 +157,16 @@ def _tiny_case(topology):
 
 
 GRADCHECK = [(name, False) for name in SCORES] + [(name, True) for name in DOT_SCORES]
+FULL_GRADCHECK = {"scaled_dot", "additive", "gat"}  # the others: gradcheck's fast mode
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize(("score_name", "return_weights"), GRADCHECK)
 def test_gradcheck(score_name, return_weights, topology):
-    """Non-dot scores always take the explicit path, dot scores are checked on both."""
+    """Non-dot scores always take the explicit path, dot scores are checked on both.
+
+    Fast mode compares the Jacobian along random directions instead of entry by entry.
+    """
     case = _tiny_case(topology)
     score = make_score(score_name, dk=2, hidden=3)
     q = torch.randn(case.num_q, HEADS, 2, dtype=F64, requires_grad=True)
@@ -177,4 +181,5 @@ def test_gradcheck(score_name, return_weights, topology):
                      return_weights=return_weights)
         return res[0] if return_weights else res
 
-    assert torch.autograd.gradcheck(fn, (q, k, v, bias))
+    fast = score_name not in FULL_GRADCHECK
+    assert torch.autograd.gradcheck(fn, (q, k, v, bias), fast_mode=fast)
