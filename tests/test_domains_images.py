@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch_geometric.data import Data
 
 from setattn.data import load_digits
@@ -97,3 +99,23 @@ def test_docstring_examples():
 
     result = doctest.testmod(images, verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    channels=st.integers(1, 3),
+    rows=st.integers(1, 4),
+    cols=st.integers(1, 5),
+    patch=st.integers(1, 4),
+    neighbours=st.sampled_from([4, 8]),
+)
+def test_round_trip_and_edge_counts_any_size(channels, rows, cols, patch, neighbours):
+    image = torch.randn(channels, rows * patch, cols * patch)
+    data = image_to_patches(image, patch, grid_edges=neighbours)
+    assert torch.equal(patches_to_image(data, (rows, cols), patch), image)
+    # every patch attends to itself and to each neighbour it has on the grid
+    pairs = 2 * (rows * (cols - 1) + (rows - 1) * cols)  # horizontal + vertical, both ways
+    if neighbours == 8:
+        pairs += 4 * (rows - 1) * (cols - 1)  # two diagonals per 2x2 block, both ways
+    assert data.edge_index.shape == (2, rows * cols + pairs)
+    assert (data.edge_index < rows * cols).all()

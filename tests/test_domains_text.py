@@ -6,6 +6,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from setattn.data import load_mr
 from setattn.domains.text import (
@@ -145,3 +147,13 @@ def test_docstring_examples():
 
     result = doctest.testmod(text, verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(num_tokens=st.integers(0, 30), window=st.integers(0, 6))
+def test_window_edges_match_definition(num_tokens, window):
+    edge_index = window_edge_index(num_tokens, window)
+    expected = [
+        (j, i) for i in range(num_tokens) for j in range(num_tokens) if abs(i - j) <= window
+    ]  # target-major, sources ascending
+    assert list(zip(*edge_index.tolist(), strict=True)) == expected
