@@ -353,3 +353,18 @@ def test_unknown_topology_is_a_type_error():
     q, k, v = _qkv(3, 3)
     with pytest.raises(TypeError, match="topology"):
         attend(q, k, v, torch.tensor([0, 3]))
+
+
+@pytest.mark.parametrize("return_weights", [False, True])
+@pytest.mark.parametrize("score_name", ["scaled_dot", "additive"])
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_non_contiguous_inputs(topology, score_name, return_weights):
+    """Heads split off a projection as strided views give the same numbers."""
+    case = make_case(topology)
+    score = make_score(score_name)
+    q, k, v = _qkv(case.num_q, case.num_kv)
+    qt, kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    assert not qt.is_contiguous() and not vt.is_contiguous()
+    got = attend(qt, kt, vt, case.topology, score, return_weights=return_weights)
+    want = attend(q, k, v, case.topology, score, return_weights=return_weights)
+    torch.testing.assert_close(_out(got), _out(want), **TIGHT)
