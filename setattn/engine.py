@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from setattn.capture import is_capturing, record
 from setattn.scores import ScaledDot, Score
-from setattn.topology import Bipartite, Edges, Topology, Window
+from setattn.topology import Bipartite, Complete, Edges, Topology, Window
 
 _DEFAULT_SCORE = ScaledDot()
 # The sparse path uses torch's CSR kernels on purpose; their "beta" notice is noise here.
@@ -47,17 +47,21 @@ class AttentionGraph:
         weights: (E, H) attention weight of every edge and head; for each target and
             head the weights of its incoming edges sum to 1 (or are all 0).
         num_nodes: (num_kv, num_q), the sizes of the source and target node sets.
+        bipartite: sources and targets are different node sets (cross attention,
+            pooling, a bipartite edge list), so node j and target j are not the same node.
     """
 
     edge_index: Tensor
     weights: Tensor
     num_nodes: tuple[int, int]
+    bipartite: bool = False
 
     def to_networkx(self):
         """A ``networkx.DiGraph`` with ``weight`` (mean over heads) and ``head0``... attributes."""
         from setattn.domains.graphs import attention_to_networkx
 
-        return attention_to_networkx(self.edge_index, self.weights, num_nodes=self.num_nodes)
+        return attention_to_networkx(self.edge_index, self.weights, num_nodes=self.num_nodes,
+                                     bipartite=self.bipartite)
 
     def to_dense(self) -> Tensor:
         """(H, num_q, num_kv) weight matrix (zeros where there is no edge; repeated edges add)."""
@@ -132,7 +136,8 @@ def attend(
 
     if not need_weights:
         return out
-    graph = AttentionGraph(topology.edge_index(), w.detach(), (topology.num_kv, topology.num_q))
+    graph = AttentionGraph(topology.edge_index(), w.detach(), (topology.num_kv, topology.num_q),
+                           bipartite=_is_bipartite(topology))
     if is_capturing():
         record(graph)
     return (out, graph) if return_weights else out
@@ -140,6 +145,13 @@ def attend(
 
 # ---------------------------------------------------------------------------------------
 # checks
+
+
+def _is_bipartite(top: Topology) -> bool:
+    """Whether queries and keys are different node sets."""
+    if isinstance(top, Complete | Window):
+        return False
+    return isinstance(top, Bipartite) or top.num_q != top.num_kv
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, top: Topology) -> None:
