@@ -154,3 +154,17 @@ def test_dropout_only_when_training(ours):
     layer.train()
     out = layer(x, ei)
     assert torch.isfinite(out).all() and not torch.allclose(out, layer.eval()(x, ei))
+
+
+@pytest.mark.parametrize("ours,theirs", PAIRS, ids=["gat", "gatv2"])
+def test_self_loop_memo_follows_the_edge_tensor(ours, theirs):
+    """Repeated calls reuse the looped edge list; a changed tensor is never served stale."""
+    x, ei, _ = random_graph(10, 9, 20, f=4)
+    ref = theirs(4, 3, heads=2)
+    mine = ours.from_pyg(ref)
+    _, first = mine(x, ei, return_weights=True)
+    _, again = mine(x, ei, return_weights=True)
+    assert again.edge_index is first.edge_index
+    ei[0, :5] = 8  # in place: the memo must notice
+    assert_close(mine(x, ei), ref(x, ei))
+    assert_close(mine(x[:8], ei.clamp_max(7)), ref(x[:8], ei.clamp_max(7)))

@@ -30,11 +30,27 @@ def _as_2d(edge_attr: Tensor) -> Tensor:
     return edge_attr[:, None] if edge_attr.dim() == 1 else edge_attr
 
 
+# One-slot memo, as in ``topology.edges``: the GAT layers of a model usually get the same
+# edge_index tensor at every call, and handing the engine the same looped tensor each
+# time lets it reuse the sparse layout cached for it. Keyed by identity, in-place
+# version and node count, so a different or modified tensor never matches. Only used
+# without edge features (their self-loop fill depends on their values).
+_last_loops: list[tuple[Tensor, int, int, Tensor, int]] = []
+
+
 def _with_self_loops(edge_index: Tensor, edge_attr: Tensor | None, num_nodes: int,
                      fill_value: float | Tensor | str) -> tuple[Tensor, Tensor | None]:
     """Replace existing self loops by one per node i < num_nodes (PyG's rule for GAT)."""
-    edge_index, edge_attr = remove_self_loops(edge_index, edge_attr)
-    return add_self_loops(edge_index, edge_attr, fill_value=fill_value, num_nodes=num_nodes)
+    if edge_attr is None and _last_loops:
+        given, version, n, looped, looped_version = _last_loops[0]
+        if (given is edge_index and version == edge_index._version and n == num_nodes
+                and looped_version == looped._version):
+            return looped, None
+    looped, looped_attr = add_self_loops(*remove_self_loops(edge_index, edge_attr),
+                                         fill_value=fill_value, num_nodes=num_nodes)
+    if edge_attr is None:
+        _last_loops[:] = [(edge_index, edge_index._version, num_nodes, looped, looped._version)]
+    return looped, looped_attr
 
 
 def _finish(z: Tensor, concat: bool, res: nn.Linear | None, bias: Tensor | None,
@@ -143,7 +159,8 @@ class GATConv(nn.Module):
             xd = lin_dst(x_dst).view(x_dst.shape[0], h, c)
         ns, nt = xs.shape[0], xd.shape[0]
         if self.add_self_loops:
-            edge_index, edge_attr = _with_self_loops(edge_index, edge_attr, min(ns, nt),
+            used = edge_attr if self.lin_edge is not None else None  # else PyG ignores it
+            edge_index, edge_attr = _with_self_loops(edge_index, used, min(ns, nt),
                                                      self.fill_value)
         alpha_edge = None
         if edge_attr is not None and self.lin_edge is not None:
