@@ -394,8 +394,9 @@ class _EdgeSum(torch.autograd.Function):
         w, v = ctx.saved_tensors
         fwd, bwd = ctx.sides
         grad_out = grad_out.contiguous()
-        gw = _sddmm(fwd, grad_out, v) if ctx.needs_input_grad[0] else None  # (E, H)
-        gv = _spmm(bwd, w, grad_out) if ctx.needs_input_grad[1] else None  # (Nk, H, Dv)
+        # built from the Functions themselves, so that double backward is right too
+        gw = _EdgeDot.apply(grad_out, v, fwd, bwd) if ctx.needs_input_grad[0] else None  # (E, H)
+        gv = _EdgeSum.apply(w, grad_out, bwd, fwd) if ctx.needs_input_grad[1] else None
         return gw, gv, None, None
 
 
@@ -412,8 +413,8 @@ class _EdgeDot(torch.autograd.Function):
     def backward(ctx, grad_s):
         q, k = ctx.saved_tensors
         fwd, bwd = ctx.sides
-        gq = _spmm(fwd, grad_s, k) if ctx.needs_input_grad[0] else None  # (Nq, H, D)
-        gk = _spmm(bwd, grad_s, q) if ctx.needs_input_grad[1] else None  # (Nk, H, D)
+        gq = _EdgeSum.apply(grad_s, k, fwd, bwd) if ctx.needs_input_grad[0] else None  # (Nq, H, D)
+        gk = _EdgeSum.apply(grad_s, q, bwd, fwd) if ctx.needs_input_grad[1] else None  # (Nk, H, D)
         return gq, gk, None, None
 
 

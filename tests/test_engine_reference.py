@@ -183,3 +183,22 @@ def test_gradcheck(score_name, return_weights, topology):
 
     fast = score_name not in FULL_GRADCHECK
     assert torch.autograd.gradcheck(fn, (q, k, v, bias), fast_mode=fast)
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize(("score_name", "return_weights"),
+                         [("scaled_dot", False), ("scaled_dot", True), ("additive", False)])
+def test_gradgradcheck(score_name, return_weights, topology):
+    """Second derivatives (gradient penalties, Hessian-vector products) are right too."""
+    case = _tiny_case(topology)
+    score = make_score(score_name, dk=2, hidden=3)
+    q = torch.randn(case.num_q, HEADS, 2, dtype=F64, requires_grad=True)
+    k = torch.randn(case.num_kv, HEADS, 2, dtype=F64, requires_grad=True)
+    v = torch.randn(case.num_kv, HEADS, 3, dtype=F64, requires_grad=True)
+    bias = torch.randn(case.num_edges, dtype=F64, requires_grad=True)
+
+    def fn(q, k, v, bias):
+        res = attend(q, k, v, case.topology, score, bias=bias, return_weights=return_weights)
+        return res[0] if return_weights else res
+
+    assert torch.autograd.gradgradcheck(fn, (q, k, v, bias), fast_mode=True)
