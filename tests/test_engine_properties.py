@@ -184,18 +184,19 @@ def _split_sets(kind):
     sq = SIZES_Q if kind == "bipartite" else SIZES
     sk = SIZES_KV if kind == "bipartite" else SIZES
     if kind == "complete":
-        batch, one = complete(ptr_from_sizes(sq)), lambda a, b: complete([0, a])
-        per_set = [a * b for a, b in zip(sq, sk, strict=True)]
+        batch = complete(ptr_from_sizes(sq))
+        singles = [complete([0, a]) for a in sq]
     elif kind == "bipartite":
-        batch, one = bipartite(ptr_from_sizes(sq), ptr_from_sizes(sk)), \
-            lambda a, b: bipartite([0, a], [0, b])
-        per_set = [a * b for a, b in zip(sq, sk, strict=True)]
+        batch = bipartite(ptr_from_sizes(sq), ptr_from_sizes(sk))
+        singles = [bipartite([0, a], [0, b]) for a, b in zip(sq, sk, strict=True)]
     else:
-        batch, one = window(ptr_from_sizes(sq), 2), lambda a, b: window([0, a], 2)
-        per_set = [len(window_edges([a], 2)[0]) for a in sq]
+        batch = window(ptr_from_sizes(sq), 2)
+        singles = [window([0, a], 2) for a in sq]
+    per_set = [len(window_edges([a], 2)[0]) if kind == "window" else a * b
+               for a, b in zip(sq, sk, strict=True)]  # edges of each set, counted apart
     pq, pk, pe = (ptr_from_sizes(x).tolist() for x in (sq, sk, per_set))
-    parts = [(one(a, b), slice(pq[g], pq[g + 1]), slice(pk[g], pk[g + 1]),
-              slice(pe[g], pe[g + 1])) for g, (a, b) in enumerate(zip(sq, sk, strict=True))]
+    parts = [(top, slice(pq[g], pq[g + 1]), slice(pk[g], pk[g + 1]), slice(pe[g], pe[g + 1]))
+             for g, top in enumerate(singles)]
     return batch, parts
 
 
