@@ -124,6 +124,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
     p.add_argument("--test-sets", type=int, default=1000, help="held-out sets per task")
     p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (these tensors are small: one thread is fastest)")
     p.add_argument("--out", type=Path, default=Path("runs/sets"), help="output directory")
     p.add_argument("--quick", action="store_true",
                    help="a few seconds: few steps, small sets (smoke test)")
@@ -136,6 +138,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sets.py"
 
@@ -25,7 +28,13 @@ def test_sets_example_quick(tmp_path):
     assert metrics["config"]["seed"] == 1 and metrics["config"]["quick"] is True
 
 
-def test_sets_example_help():
-    run = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
-                         text=True, timeout=60)
-    assert run.returncode == 0 and "--quick" in run.stdout and "--out" in run.stdout
+def test_sets_example_help(capsys):
+    """--help, in this process (the quick test above already pays for one interpreter)."""
+    spec = importlib.util.spec_from_file_location("sets_example", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "--quick" in out and "--out" in out and "--seed" in out
