@@ -1,0 +1,924 @@
+"""One trainer for molecule property prediction: the engine behind ``setattn train``.
+
+    run_training(run, output_dir)        # read CSV, split, train K models, write results
+      -> fit(model, train, val, ...)     # one model: epochs, early stopping, checkpoints
+
+What a run directory holds:
+
+    config.json        the run (data, columns, split, training and model settings)
+    split.json         the file rows of the train / val / test parts
+    model_<k>/best.pt  the best-validation weights of ensemble member k (for predict)
+    model_<k>/last.pt  the full training state after the last finished epoch (for resume)
+    log.csv            model, epoch, train_loss, val_loss, val_<metric>, lr, seconds
+    curve.png          training loss and validation metric per epoch
+    metrics.json       test and validation metrics, split sizes, skipped rows, times
+
+Checkpoints are plain dicts of tensors and JSON-like values with a format marker,
+written atomically (temporary file in the same folder, then ``os.replace``) and read
+with ``torch.load(..., weights_only=True)``: a file that is not ours is refused and
+never executes code.
+
+Losses: masked MSE on standardised targets (regression), masked BCE with logits
+(classification); a missing label (NaN) counts in neither the loss nor the metrics.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+from tqdm import tqdm
+
+from setattn import splits
+from setattn.data import load_molecule_csv
+from setattn.domains.molecules import InvalidSmilesError, mol_to_data
+from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
+
+__all__ = [
+    "FORMAT",
+    "CheckpointError",
+    "FitResult",
+    "RunConfig",
+    "TrainConfig",
+    "atomic_open",
+    "average_precision",
+    "classification_metrics",
+    "default_batch_size",
+    "evaluate",
+    "featurize",
+    "fit",
+    "load_checkpoint",
+    "load_model",
+    "load_run",
+    "masked_loss",
+    "predict",
+    "regression_metrics",
+    "rdkit_descriptors",
+    "roc_auc",
+    "run_training",
+    "save_checkpoint",
+]
+
+FORMAT = 1
+"""Checkpoint and run format version, stored under the key ``"setattn_format"``."""
+
+Log = Callable[[str], None]
+
+
+# ----------------------------------------------------------------------------
+# Settings
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """How one model is trained.
+
+    Attributes:
+        epochs: maximum number of epochs (the OneCycle schedule spans them all).
+        batch_size: molecules per batch; None picks ``default_batch_size``.
+        lr: peak learning rate of the OneCycle schedule (AdamW).
+        weight_decay: AdamW weight decay.
+        patience: stop after this many epochs without a better validation metric.
+        seed: seeds the model's initialisation and the batch order.
+    """
+
+    epochs: int = 60
+    batch_size: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    patience: int = 20
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("epochs", "patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"argument --{name}: must be >= 1, got {getattr(self, name)}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"argument --batch-size: must be >= 1, got {self.batch_size}")
+        if not self.lr > 0:
+            raise ValueError(f"argument --lr: must be > 0, got {self.lr}")
+
+
+@dataclass
+class RunConfig:
+    """A whole ``setattn train`` run, saved as ``config.json`` (and read back on resume).
+
+    Attributes:
+        data: the CSV file.
+        smiles_column: name of its SMILES column.
+        target_columns: names of its T target columns.
+        task: "regression" or "classification".
+        split: "random", "scaffold" or "kfold" (see ``setattn.splits``).
+        split_sizes: (train, validation, test) fractions.
+        seed: split seed; ensemble member k is seeded with ``seed + k``.
+        fold: the test fold of a k-fold split.
+        ensemble_size: K models trained on the same split.
+        strict: refuse the data if a SMILES is invalid or empty (else skip it).
+        train: training settings.
+        model: model settings (``num_tasks`` and ``task`` follow the run).
+    """
+
+    data: str
+    target_columns: list[str]
+    smiles_column: str = "smiles"
+    task: str = "regression"
+    split: str = "random"
+    split_sizes: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
+    seed: int = 0
+    fold: int = 0
+    ensemble_size: int = 1
+    strict: bool = False
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: MoleculeModelConfig = field(default_factory=MoleculeModelConfig)
+
+    def validate(self) -> None:
+        if self.task not in ("regression", "classification"):
+            raise ValueError(f"argument --task: must be regression or classification, "
+                             f"got {self.task!r}")
+        if self.split not in splits.SPLITS:
+            raise ValueError(f"argument --split: must be one of {list(splits.SPLITS)}, "
+                             f"got {self.split!r}")
+        splits.check_sizes(self.split_sizes)
+        if self.ensemble_size < 1:
+            raise ValueError(f"argument --ensemble-size: must be >= 1, got {self.ensemble_size}")
+        if not self.target_columns:
+            raise ValueError("argument --target-columns: give at least one target column")
+        self.train.validate()
+        self.model.validate()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["model"] = self.model.to_dict()
+        return {"setattn_format": FORMAT, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config.json") -> RunConfig:
+        if d.get("setattn_format") != FORMAT:
+            raise ValueError(f"{source}: not a setattn run configuration "
+                             f"(setattn_format {d.get('setattn_format')!r}, expected {FORMAT})")
+        d = {k: v for k, v in d.items() if k != "setattn_format"}
+        known = {f.name for f in fields(cls)}
+        if set(d) - known:
+            raise ValueError(f"{source}: unknown keys {sorted(set(d) - known)}")
+        d["train"] = TrainConfig(**d.get("train", {}))
+        d["model"] = MoleculeModelConfig.from_dict(d.get("model", {}))
+        return cls(**d)
+
+
+def default_batch_size(n_train: int) -> int:
+    """32 molecules per batch for small sets (< 2000 training molecules), else 64.
+
+    Small sets need enough optimiser steps per epoch; larger sets train faster on
+    CPU with bigger batches at no loss of accuracy.
+    """
+    return 32 if n_train < 2000 else 64
+
+
+# ----------------------------------------------------------------------------
+# Features
+# ----------------------------------------------------------------------------
+
+
+def rdkit_descriptors(smiles: str) -> Tensor:
+    """RDKit's 2D descriptors of a molecule (largest fragment), (1, F_desc) float32.
+
+    Non-finite values (and values beyond float32) become 0.
+    """
+    from rdkit import Chem, rdBase
+    from rdkit.Chem import Descriptors
+
+    from setattn.domains.molecules import keep_largest_fragment
+
+    with rdBase.BlockLogs():
+        mol = keep_largest_fragment(Chem.MolFromSmiles(smiles))
+        values = np.array([fn(mol) for _, fn in Descriptors.descList], dtype=np.float64)
+    values = np.where(np.abs(values) < 1e30, values, 0.0)  # inf, nan and float32 overflow
+    return torch.from_numpy(np.nan_to_num(values)).float()[None]  # (1, F_desc)
+
+
+def descriptor_count() -> int:
+    """F_desc of ``rdkit_descriptors`` with the installed RDKit."""
+    from rdkit.Chem import Descriptors
+
+    return len(Descriptors.descList)
+
+
+def add_descriptors(data: Data, descriptor_dim: int) -> Data:
+    """Attach ``descriptors`` (1, F_desc) to ``data`` when the model uses them."""
+    if descriptor_dim:
+        d = rdkit_descriptors(data.smiles)
+        if d.shape[1] != descriptor_dim:
+            raise ValueError(
+                f"the model expects {descriptor_dim} descriptors but this RDKit computes "
+                f"{d.shape[1]}; retrain with this RDKit version"
+            )
+        data.descriptors = d
+    return data
+
+
+def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
+              source: str | None = None) -> Data:
+    """One molecule as the model's input (``mol_to_data`` plus descriptors if used).
+
+    Raises:
+        InvalidSmilesError: for an empty or unparsable SMILES.
+    """
+    return add_descriptors(mol_to_data(smiles, row=row, source=source), descriptor_dim)
+
+
+# ----------------------------------------------------------------------------
+# Loss and metrics
+# ----------------------------------------------------------------------------
+
+
+def masked_loss(out: Tensor, y: Tensor, task: str) -> Tensor:
+    """Mean loss over the labelled entries only.
+
+    Args:
+        out: (G, T) model outputs (standardised values or logits).
+        y: (G, T) targets in the same units, NaN where missing.
+        task: "regression" (MSE) or "classification" (BCE with logits).
+
+    Returns:
+        A scalar; 0 (still on the autograd graph) when nothing is labelled.
+    """
+    mask = ~torch.isnan(y)  # (G, T)
+    target = torch.where(mask, y, torch.zeros_like(y))  # (G, T)
+    if task == "regression":
+        losses = (out - target).square()  # (G, T)
+    else:
+        losses = F.binary_cross_entropy_with_logits(out, target, reduction="none")  # (G, T)
+    return (losses * mask).sum() / mask.sum().clamp_min(1)
+
+
+def _binary_curve(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """True and false positive counts at each distinct score threshold, high to low."""
+    order = np.argsort(-s, kind="stable")
+    s, y = s[order], y[order]
+    last = np.r_[np.nonzero(np.diff(s))[0], y.size - 1]  # end of each run of equal scores
+    tps = np.cumsum(y)[last]
+    fps = last + 1 - tps
+    return tps, fps
+
+
+def roc_auc(y: np.ndarray, s: np.ndarray) -> float:
+    """Area under the ROC curve (ties count one half), NaN unless both classes occur.
+
+    Args:
+        y: (M,) labels 0 or 1.
+        s: (M,) scores, higher meaning class 1.
+    """
+    y, s = np.asarray(y, dtype=np.float64), np.asarray(s, dtype=np.float64)
+    pos = y.sum()
+    if pos == 0 or pos == y.size:
+        return math.nan
+    tps, fps = _binary_curve(y, s)
+    tpr = np.r_[0.0, tps / pos]
+    fpr = np.r_[0.0, fps / (y.size - pos)]
+    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))  # trapezoids
+
+
+def average_precision(y: np.ndarray, s: np.ndarray) -> float:
+    """Area under the precision-recall curve as average precision (step-wise, no
+    interpolation, as scikit-learn's ``average_precision_score``); NaN without positives.
+
+    Args:
+        y: (M,) labels 0 or 1.
+        s: (M,) scores, higher meaning class 1.
+    """
+    y, s = np.asarray(y, dtype=np.float64), np.asarray(s, dtype=np.float64)
+    pos = y.sum()
+    if pos == 0:
+        return math.nan
+    tps, fps = _binary_curve(y, s)
+    precision = tps / (tps + fps)
+    recall = tps / pos
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def regression_metrics(y: Tensor, p: Tensor, names: Sequence[str]) -> dict:
+    """RMSE, MAE and R^2 per target and averaged over targets, labelled entries only.
+
+    Args:
+        y: (M, T) targets, NaN where missing.
+        p: (M, T) predictions in target units.
+        names: the T target names.
+
+    Returns:
+        ``{"rmse", "mae", "r2"}`` averaged over targets, plus ``"per_task"`` when T > 1.
+    """
+    per_task = {}
+    for t, name in enumerate(names):
+        mask = ~torch.isnan(y[:, t])  # (M,)
+        yt, pt = y[mask, t].double(), p[mask, t].double()
+        if yt.numel() == 0:
+            per_task[name] = {"rmse": math.nan, "mae": math.nan, "r2": math.nan}
+            continue
+        err = pt - yt
+        total = (yt - yt.mean()).square().sum().item()
+        per_task[name] = {
+            "rmse": err.square().mean().sqrt().item(),
+            "mae": err.abs().mean().item(),
+            "r2": 1.0 - err.square().sum().item() / total if total > 0 else math.nan,
+        }
+    result = {k: _nanmean([m[k] for m in per_task.values()]) for k in ("rmse", "mae", "r2")}
+    if len(names) > 1:
+        result["per_task"] = per_task
+    return result
+
+
+def classification_metrics(y: Tensor, p: Tensor, names: Sequence[str]) -> dict:
+    """ROC-AUC and PR-AUC (average precision) per task and averaged over tasks.
+
+    A task whose labelled entries hold a single class has NaN metrics and is left
+    out of the averages.
+
+    Args:
+        y: (M, T) labels 0 / 1, NaN where missing.
+        p: (M, T) probabilities (or any scores).
+        names: the T task names.
+
+    Returns:
+        ``{"roc_auc", "pr_auc", "per_task": {name: {"roc_auc", "pr_auc"}}}``.
+    """
+    per_task = {}
+    for t, name in enumerate(names):
+        mask = ~torch.isnan(y[:, t])  # (M,)
+        yt, pt = y[mask, t].numpy(), p[mask, t].double().numpy()
+        both = 0 < yt.sum() < yt.size
+        per_task[name] = {
+            "roc_auc": roc_auc(yt, pt) if both else math.nan,
+            "pr_auc": average_precision(yt, pt) if both else math.nan,
+        }
+    return {
+        "roc_auc": _nanmean([m["roc_auc"] for m in per_task.values()]),
+        "pr_auc": _nanmean([m["pr_auc"] for m in per_task.values()]),
+        "per_task": per_task,
+    }
+
+
+def evaluate(y: Tensor, p: Tensor, task: str, names: Sequence[str]) -> dict:
+    """``regression_metrics`` or ``classification_metrics`` by ``task``."""
+    if task == "regression":
+        return regression_metrics(y, p, names)
+    return classification_metrics(y, p, names)
+
+
+def _monitor(task: str, val_y: Tensor) -> str:
+    """The validation metric for early stopping: rmse, roc_auc, or the validation loss
+    when no validation task holds both classes (ROC-AUC undefined)."""
+    if task == "regression":
+        return "rmse"
+    for t in range(val_y.shape[1]):
+        labels = val_y[:, t][~torch.isnan(val_y[:, t])]
+        if labels.numel() and 0 < labels.sum() < labels.numel():
+            return "roc_auc"
+    return "loss"
+
+
+def _improved(value: float, best: float | None, monitor: str) -> bool:
+    if math.isnan(value):
+        return False
+    if best is None:
+        return True
+    return value > best if monitor == "roc_auc" else value < best
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------
+
+
+class CheckpointError(ValueError):
+    """A file that is not a setattn checkpoint (or not the kind expected)."""
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+    """Open a temporary file beside ``path``; on success it replaces ``path`` at once.
+
+    Readers see the old file or the complete new one, never half a file; if the
+    block raises (or the process dies), ``path`` is untouched and the temporary
+    file is removed (or left as a dot file).
+
+    Args:
+        path: the file to write.
+        mode: "w" (text) or "wb" (bytes).
+        kwargs: passed to ``open`` (e.g. ``encoding``, ``newline``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, mode, **kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(payload: dict, path: str | Path) -> Path:
+    """Write ``payload`` atomically: a temporary file in the same folder, then rename.
+
+    A crash while writing leaves the previous checkpoint untouched.
+
+    Args:
+        payload: a dict of tensors and JSON-like values (no other objects).
+        path: the checkpoint file.
+    """
+    with atomic_open(path, "wb") as handle:
+        torch.save({"setattn_format": FORMAT, **payload}, handle)
+    return path
+
+
+_REQUIRED = {
+    "model": ("kind", "config", "state_dict", "meta"),
+    "training": ("kind", "config", "state_dict", "optimizer", "scheduler", "rng", "progress"),
+}
+
+
+def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
+    """Read a checkpoint written by ``save_checkpoint``, refusing anything else.
+
+    Loading uses ``torch.load(..., weights_only=True)``: a pickle that would import
+    or call code is rejected before anything runs.
+
+    Args:
+        path: the file.
+        kind: "model" (best weights, for prediction) or "training" (resume state).
+
+    Returns:
+        The checkpoint dict.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist (naming it).
+        CheckpointError: naming ``path`` if it is not a setattn checkpoint of that kind.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated zip, foreign pickle, code-executing pickle ...
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{path}: not a setattn checkpoint (torch.load with weights_only=True refused "
+            f"it: {reason})"
+        ) from None
+    if not isinstance(ckpt, dict) or "setattn_format" not in ckpt:
+        raise CheckpointError(f"{path}: not a setattn checkpoint (no 'setattn_format' marker)")
+    if ckpt["setattn_format"] != FORMAT:
+        raise CheckpointError(f"{path}: checkpoint format {ckpt['setattn_format']!r} is not "
+                              f"{FORMAT}; it was written by another setattn version")
+    missing = [key for key in _REQUIRED[kind] if key not in ckpt]
+    if missing or ckpt.get("kind") != kind:
+        raise CheckpointError(f"{path}: not a setattn {kind} checkpoint "
+                              f"(kind {ckpt.get('kind')!r}, missing keys {missing})")
+    return ckpt
+
+
+def _build_model(ckpt: dict, path: Path) -> MoleculeModel:
+    """A model from a checkpoint's config and weights; mismatches name the file."""
+    try:
+        model = MoleculeModel(MoleculeModelConfig.from_dict(dict(ckpt["config"])))
+        model.load_state_dict(ckpt["state_dict"])
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise CheckpointError(
+            f"{path}: the weights do not match the model its config describes ({first})"
+        ) from None
+    return model.eval()
+
+
+def load_model(path: str | Path) -> tuple[MoleculeModel, dict]:
+    """A trained model (in eval mode) and its metadata from a ``best.pt`` file.
+
+    Returns:
+        (model, meta) with meta holding ``task``, ``target_columns``,
+        ``smiles_column``, ``epoch`` and ``val`` metrics.
+    """
+    path = Path(path)
+    ckpt = load_checkpoint(path, "model")
+    return _build_model(ckpt, path), dict(ckpt["meta"])
+
+
+def load_run(path: str | Path) -> tuple[list[MoleculeModel], dict]:
+    """The ensemble of a run directory (or one ``best.pt`` file) for prediction.
+
+    Returns:
+        (models, meta): the K models in eval mode and the first one's metadata.
+
+    Raises:
+        FileNotFoundError: naming the folder or file that is missing.
+        CheckpointError: if a checkpoint is not ours.
+    """
+    path = Path(path)
+    if path.is_file():
+        model, meta = load_model(path)
+        return [model], meta
+    config_path = path / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(
+            f"argument --model: {path} is not a setattn run directory (no config.json)"
+        )
+    run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+    loaded = [load_model(path / f"model_{k}" / "best.pt") for k in range(run.ensemble_size)]
+    return [m for m, _ in loaded], loaded[0][1]
+
+
+# ----------------------------------------------------------------------------
+# Training one model
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class FitResult:
+    """What ``fit`` returns.
+
+    Attributes:
+        model: the model with its best-validation weights loaded, in eval mode.
+        best_epoch: the epoch (1-based) of those weights.
+        best_value: the monitored validation value there.
+        monitor: "rmse", "roc_auc" or "loss".
+        rows: one log row per finished epoch.
+    """
+
+    model: MoleculeModel
+    best_epoch: int
+    best_value: float
+    monitor: str
+    rows: list[dict]
+
+
+@torch.no_grad()
+def predict(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> Tensor:
+    """(M, T) predictions (target units or probabilities) for M molecules, in order."""
+    model.eval()
+    loader = DataLoader(list(data), batch_size=batch_size, shuffle=False)
+    outs = [model.predict(batch) for batch in loader]
+    return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
+
+
+@torch.no_grad()
+def _val_loss(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for batch in DataLoader(list(data), batch_size=batch_size):
+        y = model.scale_targets(batch.y)  # (G, T)
+        labelled = int((~torch.isnan(y)).sum())
+        total += masked_loss(model(batch), y, model.config.task).item() * labelled
+        count += labelled
+    return total / max(count, 1)
+
+
+def _targets(data: Sequence[Data]) -> Tensor:
+    """(M, T) stacked targets."""
+    return torch.cat([d.y for d in data]) if data else torch.zeros(0, 1)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def fit(
+    model: MoleculeModel,
+    train_data: Sequence[Data],
+    val_data: Sequence[Data],
+    config: TrainConfig,
+    out_dir: str | Path,
+    *,
+    names: Sequence[str],
+    meta: dict | None = None,
+    resume: bool = False,
+    member: int = 0,
+    callback: Callable[[list[dict]], None] | None = None,
+    log: Log = print,
+) -> FitResult:
+    """Train one model with early stopping; checkpoint after every epoch.
+
+    ``out_dir/last.pt`` holds the full state after the last finished epoch (model,
+    optimiser, schedule, RNG states, progress); ``out_dir/best.pt`` the best
+    validation weights. With ``resume`` and an existing ``last.pt`` training goes on
+    from there and ends at the same epoch, with the same numbers, as a run that was
+    never interrupted.
+
+    Args:
+        model: a freshly built model (its ``fit_scaling`` is called here).
+        train_data: training molecules, each with ``y`` (1, T).
+        val_data: validation molecules.
+        config: training settings.
+        out_dir: this model's checkpoint folder.
+        names: the T target names (for metrics).
+        meta: extra JSON-like metadata stored in ``best.pt`` (e.g. column names).
+        resume: continue from ``out_dir/last.pt`` if it exists.
+        member: ensemble index, shown in progress lines and logged.
+        callback: called after each epoch's checkpoint is written, with this model's
+            log rows so far (the last one is the new epoch's).
+        log: where epoch lines go.
+
+    Returns:
+        A ``FitResult`` with the best model loaded.
+    """
+    out_dir = Path(out_dir)
+    task = model.config.task
+    batch_size = config.batch_size or default_batch_size(len(train_data))
+    generator = torch.Generator().manual_seed(config.seed)
+    loader = DataLoader(list(train_data), batch_size=batch_size, shuffle=True,
+                        generator=generator)
+    train_y = _targets(train_data)  # (M, T)
+    descriptors = (torch.cat([d.descriptors for d in train_data])
+                   if model.config.descriptor_dim else None)  # (M, F_desc)
+    model.fit_scaling(train_y, descriptors)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
+                                  weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=config.lr, total_steps=config.epochs * len(loader))
+    val_y = _targets(val_data)  # (M_val, T)
+    monitor = _monitor(task, val_y)
+    progress = {"epoch": 0, "best_epoch": 0, "best_value": None, "bad_epochs": 0,
+                "finished": False, "rows": [], "monitor": monitor}
+    best_path, last_path = out_dir / "best.pt", out_dir / "last.pt"
+    meta = {"task": task, "target_columns": list(names), **(meta or {})}
+
+    if resume and last_path.is_file():
+        state = load_checkpoint(last_path, "training")
+        model.load_state_dict(state["state_dict"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        generator.set_state(state["rng"]["loader"])
+        torch.set_rng_state(state["rng"]["torch"])
+        progress = dict(state["progress"])
+        if progress["epoch"]:
+            log(f"model {member}: resuming after epoch {progress['epoch']} from {last_path}")
+    else:
+        torch.manual_seed(config.seed)  # dropout and anything else drawn during training
+
+    metric_key = f"val_{monitor}"
+    while not progress["finished"]:
+        epoch = progress["epoch"] + 1
+        start = time.perf_counter()
+        model.train()
+        total, count = 0.0, 0
+        bar = tqdm(loader, desc=f"model {member} epoch {epoch}/{config.epochs}",
+                   leave=False, disable=None, unit="batch")
+        for batch in bar:
+            loss = masked_loss(model(batch), model.scale_targets(batch.y), task)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            total += loss.item() * batch.num_graphs
+            count += batch.num_graphs
+        val_loss = _val_loss(model, val_data)
+        val_metrics = evaluate(val_y, predict(model, val_data), task, names)
+        value = val_loss if monitor == "loss" else val_metrics[monitor]
+        improved = _improved(value, progress["best_value"], monitor)
+        if improved:
+            progress.update(best_epoch=epoch, best_value=value, bad_epochs=0)
+            save_checkpoint({"kind": "model", "config": model.config.to_dict(),
+                             "state_dict": model.state_dict(),
+                             "meta": {**meta, "epoch": epoch, "val": _json_safe(val_metrics)}},
+                            best_path)
+        else:
+            progress["bad_epochs"] += 1
+        row = {"model": member, "epoch": epoch, "train_loss": total / max(count, 1),
+               "val_loss": val_loss, metric_key: value,
+               "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - start}
+        progress["rows"] = [*progress["rows"], row]
+        progress["epoch"] = epoch
+        progress["finished"] = epoch >= config.epochs or progress["bad_epochs"] >= config.patience
+        save_checkpoint({"kind": "training", "config": model.config.to_dict(),
+                         "state_dict": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "scheduler": scheduler.state_dict(),
+                         "rng": {"torch": torch.get_rng_state(), "loader": generator.get_state()},
+                         "progress": progress}, last_path)
+        log(f"model {member} epoch {epoch:3d}/{config.epochs}  train_loss {_fmt(row['train_loss'])}"
+            f"  val_loss {_fmt(val_loss)}  {metric_key} {_fmt(value)}  lr {row['lr']:.2e}"
+            f"  {row['seconds']:.1f}s{'  *' if improved else ''}")
+        if callback is not None:
+            callback(progress["rows"])
+        if progress["finished"] and epoch < config.epochs:
+            log(f"model {member}: early stop after epoch {epoch} "
+                f"({config.patience} epochs without a better {metric_key})")
+
+    if not best_path.is_file():
+        raise RuntimeError(f"model {member}: the validation {monitor} was never finite "
+                           f"(did training diverge? try a lower --lr)")
+    best, _ = load_model(best_path)
+    return FitResult(best, int(progress["best_epoch"]), float(progress["best_value"]),
+                     monitor, list(progress["rows"]))
+
+
+def _json_safe(obj: Any) -> Any:
+    """Floats stay floats, NaN becomes None (JSON has no NaN); dicts and lists recurse."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+# ----------------------------------------------------------------------------
+# A whole run: data, split, ensemble, results
+# ----------------------------------------------------------------------------
+
+
+def _check_labels(data: Sequence[Data], run: RunConfig) -> None:
+    """Classification labels must be 0, 1 or missing; name the first offending row."""
+    if run.task != "classification":
+        return
+    for d in data:
+        for t, value in enumerate(d.y[0].tolist()):
+            if not math.isnan(value) and value not in (0.0, 1.0):
+                raise ValueError(
+                    f"{Path(run.data).name}: row {d.row}, column {run.target_columns[t]!r}: "
+                    f"classification target {value:g} is not 0 or 1"
+                )
+
+
+def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
+    n = len(data)
+    if run.split == "random":
+        return splits.random(n, run.split_sizes, run.seed)
+    if run.split == "scaffold":
+        return splits.scaffold([d.smiles for d in data], run.split_sizes, run.seed)
+    return splits.kfold(n, run.split_sizes, run.seed, run.fold)
+
+
+def _write_json(obj: Any, path: Path) -> None:
+    """Atomic JSON write (temporary file, then rename)."""
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        json.dump(_json_safe(obj), handle, indent=2)
+        handle.write("\n")
+
+
+def _write_log(rows: Sequence[dict], path: Path) -> None:
+    """The CSV log of all models' epochs, rewritten whole (atomically) each time."""
+    if not rows:
+        return
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
+    with atomic_open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(buffer.getvalue())
+
+
+def _ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> Tensor:
+    """(M, T) mean prediction of the models."""
+    return torch.stack([predict(m, data) for m in models]).mean(0)
+
+
+def _skipped(failures: Sequence[InvalidSmilesError]) -> list[dict]:
+    return [{"row": f.row, "smiles": f.smiles, "reason": f.reason} for f in failures]
+
+
+def report_failures(failures: Sequence[InvalidSmilesError], source: str, strict: bool,
+                    log: Log = print) -> None:
+    """List invalid or empty SMILES with their rows; with ``strict`` raise instead.
+
+    Raises:
+        ValueError: with ``strict`` and at least one failure, listing them.
+    """
+    if not failures:
+        return
+    lines = [f"  row {f.row}: {f.smiles!r}: {f.reason}" for f in failures]
+    shown = lines if len(lines) <= 50 else [*lines[:50], f"  ... and {len(lines) - 50} more"]
+    if strict:
+        raise ValueError(f"{source}: {len(failures)} invalid or empty SMILES (--strict):\n"
+                         + "\n".join(shown))
+    log(f"{source}: skipping {len(failures)} row(s) with invalid or empty SMILES "
+        f"(rows counted from 0, header excluded):\n" + "\n".join(shown))
+
+
+def run_training(
+    run: RunConfig,
+    output_dir: str | Path,
+    *,
+    resume: bool = False,
+    callback: Callable[[list[dict]], None] | None = None,
+    log: Log = print,
+) -> dict:
+    """Train ``run.ensemble_size`` models on one split of ``run.data``; write the run.
+
+    Args:
+        run: the run's settings.
+        output_dir: the run directory (created; see the module docstring).
+        resume: continue an interrupted run in ``output_dir``: finished models are
+            kept, the interrupted one goes on from its ``last.pt``.
+        callback: called after every epoch's checkpoint is saved, with the current
+            model's log rows so far (the last one is the new epoch's).
+        log: where messages and epoch lines go.
+
+    Returns:
+        The metrics dict also written to ``output_dir/metrics.json``.
+
+    Raises:
+        FileNotFoundError, ValueError: for bad input, naming file, row, column or argument.
+    """
+    start = time.perf_counter()
+    out = Path(output_dir)
+    run.validate()
+    source = Path(run.data).name
+    molecules = load_molecule_csv(run.data, run.smiles_column, run.target_columns)
+    report_failures(molecules.failures, source, run.strict, log)
+    data = [add_descriptors(d, run.model.descriptor_dim) for d in molecules.data]
+    if not data:
+        raise ValueError(f"{source}: no valid molecule to train on")
+    _check_labels(data, run)
+    train_idx, val_idx, test_idx = _split(data, run)
+    for part, idx in (("training", train_idx), ("validation", val_idx), ("test", test_idx)):
+        if not idx:
+            raise ValueError(f"argument --split-sizes: the {part} part of {len(data)} molecules "
+                             f"is empty; use more data or other fractions")
+    train = [data[i] for i in train_idx]
+    val = [data[i] for i in val_idx]
+    test = [data[i] for i in test_idx]
+    if torch.isnan(_targets(val)).all():
+        raise ValueError(f"{source}: the validation part has no labels at all")
+
+    out.mkdir(parents=True, exist_ok=True)
+    split_rows = {name: [int(data[i].row) for i in idx]
+                  for name, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx))}
+    split_path = out / "split.json"
+    if resume and split_path.is_file():
+        if json.loads(split_path.read_text()) != split_rows:
+            raise ValueError(f"{split_path}: {source} or the split settings changed since the "
+                             f"run started; resume needs the same data")
+    _write_json(run.to_dict(), out / "config.json")
+    _write_json(split_rows, split_path)
+    log(f"{source}: {len(data)} molecules, split {run.split} (seed {run.seed}): "
+        f"{len(train)} train / {len(val)} val / {len(test)} test")
+
+    names = run.target_columns
+    results: list[FitResult] = []
+    all_rows: list[dict] = []
+    for k in range(run.ensemble_size):
+        torch.manual_seed(run.train.seed + k)
+        model_config = MoleculeModelConfig.from_dict(
+            {**run.model.to_dict(), "num_tasks": len(names), "task": run.task})
+        model = MoleculeModel(model_config)
+        train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
+
+        def on_epoch(rows: list[dict], done: list[dict] = all_rows) -> None:
+            _write_log([*done, *rows], out / "log.csv")
+            if callback is not None:
+                callback(rows)
+
+        result = fit(model, train, val, train_config, out / f"model_{k}", names=names,
+                     meta={"smiles_column": run.smiles_column, "member": k},
+                     resume=resume, member=k, callback=on_epoch, log=log)
+        results.append(result)
+        all_rows += result.rows
+        _write_log(all_rows, out / "log.csv")
+
+    from setattn.viz import plot_training_curve
+
+    plot_training_curve(all_rows, out / "curve.png", metric=f"val_{results[0].monitor}")
+    models = [r.model for r in results]
+    metrics = {
+        "task": run.task,
+        "targets": list(names),
+        "test": evaluate(_targets(test), _ensemble_predict(models, test), run.task, names),
+        "val": evaluate(_targets(val), _ensemble_predict(models, val), run.task, names),
+        "models": [{"best_epoch": r.best_epoch, "epochs_run": len(r.rows),
+                    "test": evaluate(_targets(test), predict(r.model, test), run.task, names)}
+                   for r in results],
+        "split": {"type": run.split, "seed": run.seed, "sizes": list(run.split_sizes),
+                  "train": len(train), "val": len(val), "test": len(test)},
+        "molecules": len(data),
+        "skipped_rows": _skipped(molecules.failures),
+        "train_seconds": sum(row["seconds"] for row in all_rows),
+        "wall_time_s": time.perf_counter() - start,
+    }
+    if run.split == "kfold":
+        metrics["split"].update(fold=run.fold, folds=splits.num_folds(run.split_sizes))
+    _write_json(metrics, out / "metrics.json")
+    return metrics

@@ -1,0 +1,57 @@
+"""Helpers for the command-line and trainer tests: small CSV slices and tiny runs."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+from setattn import cli
+from setattn.data import DATASETS_DIR
+
+BAD_SMILES_CSV = Path(__file__).resolve().parent / "data" / "bad_smiles.csv"
+"""41 rows (name, smiles, logS): 36 ESOL molecules, row 15 without a label, and
+invalid or empty SMILES in the rows of ``BAD_ROWS``."""
+BAD_ROWS = [3, 7, 12, 20, 25]
+
+TINY = ["--hidden", "8", "--layers", "1", "--heads", "2", "--num-threads", "1"]
+"""Model flags that keep a training run well under a second."""
+
+TOX21_TASKS = [
+    "NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
+    "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53",
+]  # fmt: skip
+
+
+def csv_slice(source: Path, path: Path, rows: Sequence[int]) -> Path:
+    """Write the header and the given data rows (0-based) of ``source`` to ``path``."""
+    with open(source, newline="") as handle:
+        records = list(csv.reader(handle))
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(records[0])
+        writer.writerows(records[1 + r] for r in rows)
+    return path
+
+
+def freesolv_slice(path: Path, n: int = 40) -> Path:
+    """The first ``n`` FreeSolv molecules (columns iupac, smiles, expt, calc)."""
+    return csv_slice(DATASETS_DIR / "molecules" / "freesolv.csv", path, range(n))
+
+
+def tox21_slice(path: Path, n: int = 60) -> Path:
+    """The first ``n`` Tox21 rows (12 tasks, missing labels) plus row 1322, which
+    RDKit cannot parse; it becomes data row ``n`` of the slice."""
+    return csv_slice(DATASETS_DIR / "molecules" / "tox21.csv", path, [*range(n), 1322])
+
+
+def run(argv: Sequence[str], capsys) -> tuple[int, str, str]:
+    """Run ``setattn ARGV`` in-process; returns (exit status, stdout, stderr)."""
+    status = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))

@@ -1,0 +1,123 @@
+"""`setattn predict`: one output row per input row, in order, streamed in chunks;
+invalid SMILES get empty predictions and a message; ensembles add std columns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from molecule_runs import BAD_ROWS, BAD_SMILES_CSV, TINY, TOX21_TASKS, read_csv, run, tox21_slice
+from torch_geometric.data import Batch
+
+from setattn import cli
+from setattn import train as st
+from setattn.domains.molecules import mol_to_data
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def ensemble(tmp_path_factory):
+    """An ensemble of 2 regression models trained 2 epochs on the bad-SMILES fixture."""
+    out = tmp_path_factory.mktemp("predict") / "run"
+    threads = torch.get_num_threads()
+    status = cli.main(["train", "--data", str(BAD_SMILES_CSV), "--target-columns", "logS",
+                       "--epochs", "2", "--ensemble-size", "2", "--output-dir", str(out),
+                       *TINY])
+    torch.set_num_threads(threads)
+    assert status == 0
+    return out
+
+
+def test_rows_stay_aligned_with_errors(ensemble, tmp_path, capsys):
+    output = tmp_path / "preds.csv"
+    status, stdout, _ = run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
+                             "--output", output, "--num-threads", "1"], capsys)
+    assert status == 0
+    assert "wrote 41 rows" in stdout and "5 invalid SMILES" in stdout
+    preds = read_csv(output)
+    source = read_csv(BAD_SMILES_CSV)
+    assert list(preds[0]) == ["smiles", "logS", "logS_std", "error"]
+    assert [p["smiles"] for p in preds] == [s["smiles"] for s in source]
+    for row, p in enumerate(preds):
+        if row in BAD_ROWS:
+            assert p["logS"] == "" and p["logS_std"] == ""
+            assert p["error"].startswith("invalid SMILES")
+        else:
+            assert float(p["logS"]) == float(p["logS"]) and float(p["logS_std"]) >= 0
+            assert p["error"] == ""
+    assert preds[7]["error"] == "invalid SMILES: empty SMILES"
+
+
+def test_predictions_equal_the_ensemble_mean(ensemble, tmp_path, capsys):
+    output = tmp_path / "preds.csv"
+    assert run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
+                "--output", output], capsys)[0] == 0
+    models, _ = st.load_run(ensemble)
+    smiles = read_csv(BAD_SMILES_CSV)[1]["smiles"]
+    each = torch.stack([m.predict(Batch.from_data_list([mol_to_data(smiles)]))[0]
+                        for m in models])  # (K, T)
+    row = read_csv(output)[1]
+    assert float(row["logS"]) == pytest.approx(each.mean(0).item(), rel=1e-5)
+    assert float(row["logS_std"]) == pytest.approx(each.std(0, correction=0).item(),
+                                                   rel=1e-4, abs=1e-6)
+
+
+def test_chunks_give_the_same_file(ensemble, tmp_path):
+    models, meta = st.load_run(ensemble)
+    whole, chunked = tmp_path / "whole.csv", tmp_path / "chunked.csv"
+    cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, whole, "smiles")
+    counts = cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, chunked,
+                             "smiles", chunk_rows=4)
+    assert counts == {"rows": 41, "errors": 5}
+    assert whole.read_text() == chunked.read_text()
+
+
+def test_single_model_checkpoint_and_smiles_column(ensemble, tmp_path, capsys):
+    data = tmp_path / "in.csv"
+    data.write_text("id,mol\n1,CCO\n2,\n3,c1ccccc1\n")
+    output = tmp_path / "preds.csv"
+    status, _, _ = run(["predict", "--model", ensemble / "model_1" / "best.pt", "--data", data,
+                        "--output", output, "--smiles-column", "mol"], capsys)
+    assert status == 0
+    preds = read_csv(output)
+    assert list(preds[0]) == ["mol", "logS", "error"]  # one model: no std column
+    assert [p["mol"] for p in preds] == ["CCO", "", "c1ccccc1"]
+    assert preds[1]["error"] == "invalid SMILES: empty SMILES" and preds[2]["logS"] != ""
+
+
+def test_missing_smiles_column_lists_columns_and_keeps_old_output(ensemble, tmp_path, capsys):
+    data = tmp_path / "in.csv"
+    data.write_text("id,SMILES\n1,CCO\n")
+    output = tmp_path / "preds.csv"
+    output.write_text("precious\n")
+    status, _, err = run(["predict", "--model", ensemble, "--data", data, "--output", output],
+                         capsys)
+    assert status == 2
+    assert "in.csv: missing column 'smiles'; columns present: ['id', 'SMILES']" in err
+    assert output.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "preds.csv"]
+
+
+def test_not_a_run_directory(tmp_path, capsys):
+    status, _, err = run(["predict", "--model", tmp_path, "--data", BAD_SMILES_CSV,
+                          "--output", tmp_path / "p.csv"], capsys)
+    assert status == 2 and "not a setattn run directory" in err
+
+
+def test_classification_predicts_probabilities(tmp_path, capsys):
+    data = tox21_slice(tmp_path / "tox21.csv", 40)
+    out = tmp_path / "run"
+    assert run(["train", "--data", data, "--target-columns", *TOX21_TASKS, "--task",
+                "classification", "--epochs", "2", "--output-dir", out, *TINY], capsys)[0] == 0
+    output = tmp_path / "preds.csv"
+    assert run(["predict", "--model", out, "--data", data, "--output", output], capsys)[0] == 0
+    preds = read_csv(output)
+    assert len(preds) == 41 and list(preds[0]) == ["smiles", *TOX21_TASKS, "error"]
+    assert preds[40]["error"].startswith("invalid SMILES: AtomValenceException")
+    values = [float(p[t]) for p in preds[:40] for t in TOX21_TASKS]
+    assert all(0.0 <= v <= 1.0 for v in values)

@@ -1,0 +1,281 @@
+"""Trainer: metrics against hand-computed values, masked losses, checkpoints that refuse
+foreign files without running them, atomic writes, and resume = uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from molecule_runs import TINY, freesolv_slice, read_csv, run, tox21_slice
+
+from setattn import cli
+from setattn import train as st
+from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+# ----------------------------------------------------------------------------
+# Metrics and loss
+# ----------------------------------------------------------------------------
+
+
+def _pairwise_auc(y, s):
+    """P(score of a positive > score of a negative), ties one half: the definition."""
+    pos, neg = s[y == 1], s[y == 0]
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_roc_auc_matches_pairwise_definition_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 37)
+    s = rng.integers(0, 5, 37) / 4.0  # many ties
+    assert st.roc_auc(y, s) == pytest.approx(_pairwise_auc(y, s), abs=1e-12)
+
+
+def test_roc_and_pr_auc_known_values():
+    y, s = np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])
+    assert st.roc_auc(y, s) == pytest.approx(0.75)
+    assert st.average_precision(y, s) == pytest.approx((1 + 2 / 3) / 2)  # 0.8333
+    assert st.roc_auc(np.array([1, 1]), np.array([0.2, 0.3])) != st.roc_auc(y, s)  # NaN
+    assert math.isnan(st.roc_auc(np.array([1, 1]), np.array([0.2, 0.3])))
+    assert st.average_precision(np.array([1, 0, 1]), np.array([0.9, 0.8, 0.7])) == \
+        pytest.approx((1 + 2 / 3) / 2)
+
+
+def test_classification_metrics_mask_missing_labels():
+    nan = float("nan")
+    y = torch.tensor([[1.0, nan], [0.0, 1.0], [1.0, 1.0], [0.0, nan]])  # task b: one class
+    p = torch.tensor([[0.9, 0.1], [0.2, 0.5], [0.6, 0.7], [0.7, 0.3]])
+    m = st.classification_metrics(y, p, ["a", "b"])
+    assert m["per_task"]["a"]["roc_auc"] == pytest.approx(0.75)
+    assert math.isnan(m["per_task"]["b"]["roc_auc"])
+    assert m["roc_auc"] == pytest.approx(0.75)  # b left out of the mean
+
+
+def test_regression_metrics():
+    nan = float("nan")
+    y = torch.tensor([[1.0, 2.0], [2.0, nan], [3.0, 4.0]])
+    p = torch.tensor([[1.5, 2.0], [2.0, 100.0], [2.5, 5.0]])
+    m = st.regression_metrics(y, p, ["u", "v"])
+    assert m["per_task"]["u"]["rmse"] == pytest.approx(math.sqrt(0.5 / 3))
+    assert m["per_task"]["u"]["mae"] == pytest.approx(1 / 3)
+    assert m["per_task"]["u"]["r2"] == pytest.approx(1 - 0.5 / 2)
+    assert m["per_task"]["v"]["rmse"] == pytest.approx(math.sqrt(0.5))  # NaN row ignored
+    assert m["rmse"] == pytest.approx((math.sqrt(0.5 / 3) + math.sqrt(0.5)) / 2)
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_masked_loss_ignores_missing_labels(task):
+    out = torch.randn(5, 3, requires_grad=True)
+    y = torch.tensor([[1.0, 0.0, float("nan")]] * 5)
+    loss = st.masked_loss(out, y, task)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert torch.all(out.grad[:, 2] == 0) and torch.all(out.grad[:, :2] != 0)
+    full = st.masked_loss(out[:, :2], y[:, :2], task)
+    assert loss.item() == pytest.approx(full.item())
+    empty = st.masked_loss(out, torch.full((5, 3), float("nan")), task)
+    assert empty.item() == 0.0 and empty.requires_grad
+
+
+def test_default_batch_size():
+    assert st.default_batch_size(500) == 32 and st.default_batch_size(6000) == 64
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------
+
+
+def _tiny_model() -> MoleculeModel:
+    return MoleculeModel(MoleculeModelConfig(hidden=8, layers=1, heads=2))
+
+
+def _model_payload(model: MoleculeModel) -> dict:
+    return {"kind": "model", "config": model.config.to_dict(), "state_dict": model.state_dict(),
+            "meta": {"task": "regression", "target_columns": ["y"]}}
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = _tiny_model()
+    path = st.save_checkpoint(_model_payload(model), tmp_path / "best.pt")
+    loaded, meta = st.load_model(path)
+    assert meta["target_columns"] == ["y"]
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+
+
+class _Payload:
+    """Unpickling this runs code: it writes a marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+def test_malicious_pickle_is_refused_and_not_executed(tmp_path):
+    marker = tmp_path / "executed"
+    zip_path, raw_path = tmp_path / "evil.pt", tmp_path / "evil.pkl"
+    torch.save({"setattn_format": 1, "kind": "model", "x": _Payload(marker)}, zip_path)
+    raw_path.write_bytes(pickle.dumps({"setattn_format": 1, "x": _Payload(marker)}))
+    for path in (zip_path, raw_path):
+        with pytest.raises(st.CheckpointError, match=str(path.name)) as err:
+            st.load_checkpoint(path)
+        assert "not a setattn checkpoint" in str(err.value)
+        assert not marker.exists()
+    # the payload is live: an unrestricted load would have run it
+    torch.load(zip_path, weights_only=False)
+    assert marker.read_text() == "pwned"
+
+
+def test_foreign_checkpoints_are_refused(tmp_path):
+    model = _tiny_model()
+    good = st.save_checkpoint(_model_payload(model), tmp_path / "best.pt")
+
+    plain = tmp_path / "plain.pt"
+    torch.save(model.state_dict(), plain)  # someone else's weights: no marker
+    with pytest.raises(st.CheckpointError, match="plain.pt.*no 'setattn_format' marker"):
+        st.load_checkpoint(plain)
+
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:1000])
+    with pytest.raises(st.CheckpointError, match="truncated.pt: not a setattn checkpoint"):
+        st.load_checkpoint(truncated)
+
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"hello, world\n")
+    with pytest.raises(st.CheckpointError, match="garbage.pt"):
+        st.load_checkpoint(garbage)
+
+    with pytest.raises(st.CheckpointError, match="best.pt: not a setattn training checkpoint"):
+        st.load_checkpoint(good, "training")  # right format, wrong kind
+
+    wrong = tmp_path / "wrong.pt"
+    payload = _model_payload(model)
+    payload["config"] = {**payload["config"], "hidden": 16}  # weights of another shape
+    st.save_checkpoint(payload, wrong)
+    with pytest.raises(st.CheckpointError, match="wrong.pt: the weights do not match"):
+        st.load_model(wrong)
+
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        st.load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_failed_checkpoint_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = st.save_checkpoint(_model_payload(_tiny_model()), tmp_path / "best.pt")
+    before = path.read_bytes()
+
+    def broken_save(obj, handle):
+        handle.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        st.save_checkpoint(_model_payload(_tiny_model()), path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]
+
+
+def test_cli_refuses_a_foreign_checkpoint_without_running_it(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "--epochs", "1",
+                        "--output-dir", out, *TINY], capsys)
+    assert status == 0
+    marker = tmp_path / "executed"
+    best = out / "model_0" / "best.pt"
+    torch.save({"setattn_format": 1, "kind": "model", "x": _Payload(marker)}, best)
+    status, _, err = run(["predict", "--model", out, "--data", data,
+                          "--output", tmp_path / "p.csv"], capsys)
+    assert status == 2
+    assert str(best) in err and "not a setattn checkpoint" in err
+    assert not marker.exists() and not (tmp_path / "p.csv").exists()
+
+
+# ----------------------------------------------------------------------------
+# Resume
+# ----------------------------------------------------------------------------
+
+
+class _Interrupt(KeyboardInterrupt):
+    pass
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
+    """An ensemble of 2 interrupted in model 1's second epoch, resumed with
+    ``--resume``, ends at the same epoch with the same numbers as an uninterrupted run."""
+    if task == "regression":
+        data, targets = freesolv_slice(tmp_path / "d.csv", 40), ["expt"]
+    else:
+        data, targets = tox21_slice(tmp_path / "d.csv", 50), ["NR-AhR", "SR-ARE", "SR-MMP"]
+    args = ["--data", data, "--target-columns", *targets, "--task", task, "--epochs", "3",
+            "--ensemble-size", "2", "--patience", "5", *TINY]
+    status, _, _ = run(["train", "--output-dir", tmp_path / "whole", *args], capsys)
+    assert status == 0
+
+    def interrupt(rows):
+        if rows[-1]["model"] == 1 and rows[-1]["epoch"] == 2:
+            raise _Interrupt
+
+    parser_args = cli.build_parser().parse_args(
+        ["train", "--output-dir", str(tmp_path / "cut"), *map(str, args)])
+    torch.set_num_threads(1)
+    with pytest.raises(_Interrupt):
+        st.run_training(cli.run_config_from_args(parser_args), tmp_path / "cut",
+                        callback=interrupt, log=lambda line: None)
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    assert len(read_csv(tmp_path / "cut" / "log.csv")) == 5  # 3 + 2 epochs saved
+
+    status, out, _ = run(["train", "--output-dir", tmp_path / "cut", "--resume",
+                          "--num-threads", "1"], capsys)
+    assert status == 0
+    assert "model 1: resuming after epoch 2" in out
+    whole, cut = read_csv(tmp_path / "whole" / "log.csv"), read_csv(tmp_path / "cut" / "log.csv")
+    assert [(r["model"], r["epoch"]) for r in cut] == [(r["model"], r["epoch"]) for r in whole]
+    for a, b in zip(whole, cut):
+        assert {k: v for k, v in a.items() if k != "seconds"} == \
+            {k: v for k, v in b.items() if k != "seconds"}
+    m_whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    m_cut = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert m_cut["test"] == m_whole["test"] and m_cut["val"] == m_whole["val"]
+    for k in range(2):
+        a = st.load_model(tmp_path / "whole" / f"model_{k}" / "best.pt")[0].state_dict()
+        b = st.load_model(tmp_path / "cut" / f"model_{k}" / "best.pt")[0].state_dict()
+        assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_resume_refuses_changed_settings_and_missing_runs(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "--epochs", "1",
+                        "--output-dir", out, *TINY], capsys)
+    assert status == 0
+    status, _, err = run(["train", "--output-dir", out, "--resume", "--epochs", "3"], capsys)
+    assert status == 2 and "--epochs" in err and "config.json" in err
+    status, _, err = run(["train", "--data", data, "--target-columns", "expt",
+                          "--output-dir", out], capsys)
+    assert status == 2 and "already holds a run" in err and "--resume" in err
+    status, _, err = run(["train", "--output-dir", tmp_path / "none", "--resume"], capsys)
+    assert status == 2 and "no run to resume" in err
+    # resuming a finished run trains nothing more and rewrites the same metrics
+    before = json.loads((out / "metrics.json").read_text())
+    status, _, _ = run(["train", "--output-dir", out, "--resume", "--data", data], capsys)
+    assert status == 0
+    assert json.loads((out / "metrics.json").read_text())["test"] == before["test"]
