@@ -1,0 +1,180 @@
+"""setattn vs chemprop 2.3.1 on FreeSolv, ESOL and Tox21: test metric and training wall time.
+
+Run:  .venv/bin/python benchmarks/molecules.py                  (all sets, seeds 0 1 2)
+      .venv/bin/python benchmarks/molecules.py --datasets freesolv --seeds 0
+
+Both tools train with their default settings on the same CSV and the same random
+80/10/10 split: the split is ``setattn.splits.random(n, (0.8, 0.1, 0.1), seed)``, which
+``setattn train --split random --seed S`` uses, handed to chemprop as a split column.
+Rows whose SMILES RDKit cannot parse are dropped first (chemprop stops at the first
+such row; Tox21 has 8). Both test metrics are computed by the same code
+(``setattn.train.evaluate``) from each tool's test predictions. Wall time is the whole
+``train`` command (featurisation, training, evaluation), measured here, one run after
+another. chemprop is installed on first use into ``benchmarks/.venv-chemprop`` with
+``pip install torch==2.13.0 chemprop==2.3.1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from rdkit import Chem, RDLogger
+
+from setattn import splits
+from setattn.train import evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+CHEMPROP_VENV = ROOT / "benchmarks" / ".venv-chemprop"
+SIZES = (0.8, 0.1, 0.1)
+
+TOX21_TASKS = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
+               "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53"]
+DATASETS = {
+    "freesolv": ("molecules/freesolv.csv", ["expt"], "regression", "rmse"),
+    "esol": ("molecules/delaney-processed.csv",
+             ["measured log solubility in mols per litre"], "regression", "rmse"),
+    "tox21": ("molecules/tox21.csv", TOX21_TASKS, "classification", "roc_auc"),
+}
+
+
+def ensure_chemprop() -> Path:
+    """The chemprop executable, installing it into its own virtual environment if needed."""
+    exe = CHEMPROP_VENV / "bin" / "chemprop"
+    if not exe.exists():
+        print(f"installing chemprop 2.3.1 into {CHEMPROP_VENV} ...", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(CHEMPROP_VENV)], check=True)
+        pip = [str(CHEMPROP_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        subprocess.run([*pip, "torch==2.13.0", "chemprop==2.3.1"], check=True)
+    return exe
+
+
+def clean_csv(name: str, seeds: list[int], out: Path) -> tuple[Path, list[str], np.ndarray]:
+    """Write the parsable rows of a data set with one split column per seed.
+
+    Returns:
+        the CSV path, its SMILES in row order, and the (M, T) targets (NaN if missing).
+    """
+    rel, targets, _, _ = DATASETS[name]
+    RDLogger.DisableLog("rdApp.*")
+    with open(ROOT / "datasets" / rel, newline="") as f:
+        rows = [r for r in csv.DictReader(f)
+                if r["smiles"] and Chem.MolFromSmiles(r["smiles"]) is not None]
+    n = len(rows)
+    labels = {}
+    for seed in seeds:
+        part = ["train"] * n
+        _, val, test = splits.random(n, SIZES, seed)
+        for i in val:
+            part[i] = "val"
+        for i in test:
+            part[i] = "test"
+        labels[seed] = part
+    path = out / name / "data.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["smiles", *targets, *[f"split{s}" for s in seeds]])
+        for i, r in enumerate(rows):
+            w.writerow([r["smiles"], *[r[t] for t in targets], *[labels[s][i] for s in seeds]])
+    y = np.array([[float(r[t]) if r[t] != "" else np.nan for t in targets] for r in rows])
+    return path, [r["smiles"] for r in rows], y
+
+
+def _timed(cmd: list[str], log: Path) -> float:
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed (exit {res.returncode}); see {log}")
+    return seconds
+
+
+def run_setattn(name: str, data: Path, seed: int, out: Path) -> tuple[float, float]:
+    """Train with setattn's defaults; returns (test metric, wall seconds)."""
+    _, targets, task, metric = DATASETS[name]
+    run_dir = out / name / f"setattn_seed{seed}"
+    cmd = [str(Path(sys.executable).parent / "setattn"), "train", "--data", str(data),
+           "--smiles-column", "smiles", "--target-columns", *targets, "--task", task,
+           "--split", "random", "--split-sizes", *map(str, SIZES), "--seed", str(seed),
+           "--output-dir", str(run_dir)]
+    seconds = _timed(cmd, out / name / f"setattn_seed{seed}.log")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return float(metrics["test"][metric]), seconds
+
+
+def run_chemprop(name: str, data: Path, smiles: list[str], y: np.ndarray, seed: int,
+                 out: Path) -> tuple[float, float]:
+    """Train chemprop with its defaults on the same split; returns (test metric, seconds)."""
+    _, targets, task, metric = DATASETS[name]
+    run_dir = out / name / f"chemprop_seed{seed}"
+    cmd = [str(ensure_chemprop()), "train", "--data-path", str(data),
+           "--smiles-columns", "smiles", "--target-columns", *targets, "--task-type", task,
+           "--splits-column", f"split{seed}", "--output-dir", str(run_dir),
+           "--pytorch-seed", str(seed), "--data-seed", str(seed)]
+    seconds = _timed(cmd, out / name / f"chemprop_seed{seed}.log")
+    _, _, test = splits.random(len(smiles), SIZES, seed)
+    test = sorted(test)  # chemprop keeps file order within the split column's test rows
+    with open(run_dir / "model_0" / "test_predictions.csv", newline="") as f:
+        pred_rows = list(csv.DictReader(f))
+    if [r["smiles"] for r in pred_rows] != [smiles[i] for i in test]:
+        raise RuntimeError(f"chemprop's test rows differ from the split in {data}")
+    p = torch.tensor([[float(r[t]) for t in targets] for r in pred_rows])  # (M, T)
+    result = evaluate(torch.tensor(y[test], dtype=torch.float32), p, task, targets)
+    return float(result[metric]), seconds
+
+
+def _mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules")
+    parser.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
+    args = parser.parse_args()
+
+    results = []
+    for name in args.datasets:
+        data, smiles, y = clean_csv(name, args.seeds, args.out)
+        metric = DATASETS[name][3]
+        for seed in args.seeds:
+            ours, ours_s = run_setattn(name, data, seed, args.out)
+            theirs, theirs_s = (float("nan"), float("nan")) if args.skip_chemprop else \
+                run_chemprop(name, data, smiles, y, seed, args.out)
+            results.append({"dataset": name, "metric": metric, "seed": seed,
+                            "setattn": ours, "setattn_s": ours_s,
+                            "chemprop": theirs, "chemprop_s": theirs_s})
+            print(f"{name} seed {seed}: setattn {metric} {ours:.3f} ({ours_s:.0f} s), "
+                  f"chemprop {theirs:.3f} ({theirs_s:.0f} s)", file=sys.stderr, flush=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+
+    header = ["data set", "metric", "seeds", "setattn", "chemprop 2.3.1", "setattn s/run",
+              "chemprop s/run", "time ratio"]
+    print("  |  ".join(header))
+    for name in args.datasets:
+        rs = [r for r in results if r["dataset"] == name]
+        ours_s = statistics.mean(r["setattn_s"] for r in rs)
+        theirs_s = statistics.mean(r["chemprop_s"] for r in rs)
+        print("  |  ".join([
+            name, rs[0]["metric"], " ".join(str(r["seed"]) for r in rs),
+            _mean_std([r["setattn"] for r in rs]), _mean_std([r["chemprop"] for r in rs]),
+            f"{ours_s:.0f}", f"{theirs_s:.0f}", f"{theirs_s / ours_s:.2f}x faster",
+        ]))
+
+
+if __name__ == "__main__":
+    main()
