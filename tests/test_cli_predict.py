@@ -1,4 +1,4 @@
-"""`setattn predict`: one output row per input row, in order, streamed in chunks;
+"""`setattn predict` (and `explain` of a classifier): one output row per input row, in order, streamed in chunks;
 invalid SMILES get empty predictions and a message; ensembles add std columns."""
 
 from __future__ import annotations
@@ -121,3 +121,7 @@ def test_classification_predicts_probabilities(tmp_path, capsys):
     assert preds[40]["error"].startswith("invalid SMILES: AtomValenceException")
     values = [float(p[t]) for p in preds[:40] for t in TOX21_TASKS]
     assert all(0.0 <= v <= 1.0 for v in values)
+    picture = tmp_path / "explain.png"
+    status, stdout, _ = run(["explain", "--model", out, "--smiles", preds[0]["smiles"],
+                             "--output", picture, "--heads"], capsys)
+    assert status == 0 and "predicted NR-AR" in stdout and picture.stat().st_size > 1000

@@ -171,3 +171,23 @@ def test_missing_data_file_is_named(tmp_path, capsys):
     status, _, err = run(["train", "--data", tmp_path / "nope.csv", "--target-columns", "y",
                           "--output-dir", tmp_path / "run", *TINY], capsys)
     assert status == 2 and "nope.csv" in err
+
+
+def test_rdkit_descriptors_flow_through_train_predict_explain(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "--epochs", "1",
+                        "--descriptors", "rdkit", "--output-dir", out, *TINY], capsys)
+    assert status == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["descriptor_dim"] > 100
+    status, _, _ = run(["predict", "--model", out, "--data", data, "--output",
+                        tmp_path / "p.csv"], capsys)
+    assert status == 0
+    assert all(r["expt"] != "" for r in read_csv(tmp_path / "p.csv"))
+    status, _, _ = run(["explain", "--model", out, "--smiles", "CCO", "--output",
+                        tmp_path / "e.svg"], capsys)
+    assert status == 0
+    status, _, err = run(["train", "--output-dir", out, "--resume", "--descriptors", "none"],
+                         capsys)
+    assert status == 2 and "--descriptors" in err
