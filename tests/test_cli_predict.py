@@ -1,5 +1,6 @@
-"""`setattn predict` (and `explain` of a classifier): one output row per input row, in order, streamed in chunks;
-invalid SMILES get empty predictions and a message; ensembles add std columns."""
+"""`setattn predict` (and `explain` of a classifier): one output row per input row, in
+order, streamed in chunks; invalid SMILES get empty predictions and a message;
+ensembles add std columns."""
 
 from __future__ import annotations
 
