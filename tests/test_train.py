@@ -129,6 +129,7 @@ class _Payload:
         return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_malicious_pickle_is_refused_and_not_executed(tmp_path):
     marker = tmp_path / "executed"
     zip_path, raw_path = tmp_path / "evil.pt", tmp_path / "evil.pkl"
@@ -279,3 +280,14 @@ def test_resume_refuses_changed_settings_and_missing_runs(tmp_path, capsys):
     status, _, _ = run(["train", "--output-dir", out, "--resume", "--data", data], capsys)
     assert status == 0
     assert json.loads((out / "metrics.json").read_text())["test"] == before["test"]
+
+
+def test_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_training", interrupted)
+    status, _, err = run(["train", "--data", "x.csv", "--target-columns", "y",
+                          "--output-dir", tmp_path / "run", "--num-threads", "1"], capsys)
+    assert status == 130
+    assert f"setattn train --output-dir {tmp_path / 'run'} --resume" in err
