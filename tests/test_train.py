@@ -291,3 +291,29 @@ def test_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
                           "--output-dir", tmp_path / "run", "--num-threads", "1"], capsys)
     assert status == 130
     assert f"setattn train --output-dir {tmp_path / 'run'} --resume" in err
+
+
+def test_early_stopping_keeps_the_best_epoch(tmp_path, capsys, monkeypatch):
+    """A validation RMSE that only gets worse after epoch 1 stops training after
+    1 + patience epochs, and the kept weights are epoch 1's."""
+    calls = []
+
+    def fake_evaluate(y, p, task, names):
+        calls.append(None)
+        return {"rmse": float(len(calls)), "mae": 0.0, "r2": 0.0}  # 1, 2, 3, ...
+
+    monkeypatch.setattr(st, "evaluate", fake_evaluate)
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    lines = []
+    args = cli.build_parser().parse_args(
+        ["train", "--data", str(data), "--target-columns", "expt", "--epochs", "10",
+         "--patience", "2", "--output-dir", str(tmp_path / "run"), *TINY])
+    torch.set_num_threads(1)
+    st.run_training(cli.run_config_from_args(args), tmp_path / "run", log=lines.append)
+    log = read_csv(tmp_path / "run" / "log.csv")
+    assert [r["val_rmse"] for r in log] == ["1", "2", "3"]
+    assert any("early stop after epoch 3" in line for line in lines)
+    model, meta = st.load_model(tmp_path / "run" / "model_0" / "best.pt")
+    assert meta["epoch"] == 1
+    last = st.load_checkpoint(tmp_path / "run" / "model_0" / "last.pt", "training")
+    assert last["progress"]["finished"] and last["progress"]["best_epoch"] == 1
