@@ -29,6 +29,8 @@ import io
 import json
 import math
 import os
+import pickle
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -483,11 +485,23 @@ def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
         raise FileNotFoundError(f"{path}: no such checkpoint file")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated zip, foreign pickle, code-executing pickle ...
+    except pickle.UnpicklingError as err:  # refused by the weights-only unpickler
+        code = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        if code:
+            raise CheckpointError(
+                f"{path}: not a setattn checkpoint: loading it would run code "
+                f"({code.group(1)}); refused by torch.load(weights_only=True), nothing was "
+                f"executed"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(err))
+        raise CheckpointError(
+            f"{path}: not a setattn checkpoint (torch.load(weights_only=True) refused it"
+            f"{': ' + detail.group(1).strip() if detail else ''}); nothing was executed"
+        ) from None
+    except Exception as err:  # truncated or not a torch file at all
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(
-            f"{path}: not a setattn checkpoint (torch.load with weights_only=True refused "
-            f"it: {reason})"
+            f"{path}: not a setattn checkpoint (unreadable by torch.load: {reason})"
         ) from None
     if not isinstance(ckpt, dict) or "setattn_format" not in ckpt:
         raise CheckpointError(f"{path}: not a setattn checkpoint (no 'setattn_format' marker)")
