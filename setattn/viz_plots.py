@@ -1,0 +1,373 @@
+"""Pictures of attention weights with matplotlib (Agg backend, no display needed).
+
+One function, one picture:
+
+- ``plot_alignment(weights, row_labels, col_labels, path)``: a heatmap of output
+  tokens x input tokens, the classic figure of Bahdanau et al. (2015).
+- ``words_to_html(sentences, path)`` / ``plot_word_weights(sentences, path)``: sentences
+  with every word shaded by its weight (e.g. the pooling attention), as an HTML page
+  or a PNG.
+- ``plot_patch_attention(images, weights, grid_shape, patch_size, path)``: images with
+  one weight per patch laid over them.
+- ``plot_node_attention(edge_index, weights, center, path)``: a node's neighbourhood,
+  every edge j -> i drawn with a width that grows with its attention weight.
+
+Weights may be tensors or arrays; every function writes ``path`` (creating its folder)
+and returns it as a ``Path``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = [
+    "plot_alignment",
+    "plot_node_attention",
+    "plot_patch_attention",
+    "plot_word_weights",
+    "words_to_html",
+]
+
+ArrayLike = torch.Tensor | np.ndarray | Sequence[float]
+# one sentence for the word pictures: its tokens, one weight per token, a caption
+Sentence = tuple[Sequence[str], ArrayLike, str]
+
+
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _numpy(values: ArrayLike) -> np.ndarray:
+    """A float64 NumPy copy of a tensor, array or list."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().double().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def _save(fig, path: str | Path, dpi: int = 120) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def _shade(weights: np.ndarray) -> np.ndarray:
+    """Weights -> [0, 1] by dividing by their maximum (all zeros stay zeros)."""
+    top = weights.max() if weights.size else 0.0
+    return weights / top if top > 0 else np.zeros_like(weights)
+
+
+def plot_alignment(
+    weights: ArrayLike,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    xlabel: str = "input",
+    ylabel: str = "output",
+) -> Path:
+    """A heatmap of attention weights, one row per output token, one column per input token.
+
+    Args:
+        weights: (T_out, T_in) weights; row t is output step t's attention over the input.
+        row_labels: T_out output tokens (the y axis, top to bottom).
+        col_labels: T_in input tokens (the x axis).
+        path: the picture (``.png``, ``.svg``, ...).
+        title: an optional title.
+        xlabel: the x axis caption.
+        ylabel: the y axis caption.
+
+    Returns:
+        ``path`` as a ``Path``.
+    """
+    w = _numpy(weights)
+    if w.shape != (len(row_labels), len(col_labels)):
+        raise ValueError(
+            f"weights have shape {w.shape} but there are {len(row_labels)} row labels and "
+            f"{len(col_labels)} column labels"
+        )
+    plt = _pyplot()
+    cell = 0.32  # inches per token
+    fig, ax = plt.subplots(figsize=(max(3.0, cell * w.shape[1] + 1.5),
+                                    max(2.5, cell * w.shape[0] + 1.2)))
+    image = ax.imshow(w, cmap="gray", vmin=0.0, vmax=max(float(w.max(initial=0.0)), 1e-9),
+                      aspect="equal")
+    ax.set_xticks(range(len(col_labels)), [_visible(t) for t in col_labels], rotation=90)
+    ax.set_yticks(range(len(row_labels)), [_visible(t) for t in row_labels])
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.xaxis.set_ticks_position("top")
+    ax.xaxis.set_label_position("top")
+    if title:
+        ax.set_title(title, fontsize=9, pad=8, y=-0.12 if w.shape[0] > 4 else -0.3)
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+    return _save(fig, path)
+
+
+def _visible(token: str) -> str:
+    """Blank tokens shown as a middle dot, so that spaces are visible on an axis."""
+    return token if token.strip() else "\u00b7"
+
+
+def words_to_html(sentences: Sequence[Sentence], path: str | Path, *, title: str = "") -> Path:
+    """An HTML page of sentences whose words are shaded by weight (white 0 to red max).
+
+    Args:
+        sentences: (tokens, weights, caption) triples; weights has one value per token.
+            Each sentence is shaded relative to its own largest weight; the exact weight
+            shows when the mouse rests on a word.
+        path: the ``.html`` file.
+        title: the page's heading.
+
+    Returns:
+        ``path`` as a ``Path``.
+    """
+    rows = []
+    for tokens, weights, caption in sentences:
+        w = _numpy(weights)
+        _check_tokens(tokens, w)
+        spans = []
+        for token, raw, s in zip(tokens, w, _shade(w)):
+            spans.append(f'<span title="{raw:.3f}" style="background: rgba(214, 39, 40, '
+                         f'{s:.3f})">{html.escape(token)}</span>')
+        rows.append(f'<p><small>{html.escape(caption)}</small><br>{" ".join(spans)}</p>')
+    page = ("<!doctype html>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title or 'word weights')}</title>\n"
+            "<style>body { font-family: sans-serif; max-width: 60em; margin: 2em auto; }\n"
+            "span { padding: 0.1em 0.15em; border-radius: 0.2em; line-height: 1.9; }\n"
+            "small { color: #555; }</style>\n"
+            f"<h2>{html.escape(title)}</h2>\n" + "\n".join(rows) + "\n")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _check_tokens(tokens: Sequence[str], weights: np.ndarray) -> None:
+    if weights.shape != (len(tokens),):
+        raise ValueError(f"{len(tokens)} tokens but weights have shape {weights.shape}")
+
+
+def plot_word_weights(
+    sentences: Sequence[Sentence],
+    path: str | Path,
+    *,
+    title: str = "",
+    width: float = 9.0,
+) -> Path:
+    """A picture of sentences whose words sit on boxes shaded by weight (white 0 to red max).
+
+    Args:
+        sentences: (tokens, weights, caption) triples, as for :func:`words_to_html`; each
+            sentence is shaded relative to its own largest weight.
+        path: the picture (``.png``, ...).
+        title: an optional title.
+        width: figure width in inches; long sentences wrap onto further lines.
+
+    Returns:
+        ``path`` as a ``Path``.
+    """
+    plt = _pyplot()
+    from matplotlib import colormaps
+
+    cmap = colormaps["Reds"]
+    char_w, line_h = 0.085, 0.3  # inches per character and per text line at 10 pt
+    layout = []  # (x, y, token, shade) in inches from the top left, and captions
+    y = 0.0
+    for tokens, weights, caption in sentences:
+        w = _numpy(weights)
+        _check_tokens(tokens, w)
+        layout.append((0.0, y, caption, None))
+        y += line_h * 0.9
+        x = 0.0
+        for token, s in zip(tokens, _shade(w)):
+            token_w = char_w * (len(token) + 1)
+            if x > 0 and x + token_w > width - 0.2:
+                x, y = 0.0, y + line_h
+            layout.append((x, y, token, s))
+            x += token_w + 0.05
+        y += line_h * 1.5
+    height = y + 0.2
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)
+    ax.axis("off")
+    for x, y, text, s in layout:
+        if s is None:  # a caption
+            ax.text(x + 0.05, y + 0.1, text, fontsize=8, color="#555555", va="top")
+            continue
+        colour = cmap(0.85 * s) if s > 0 else (1, 1, 1, 1)
+        ax.text(x + 0.05, y + 0.12, text, fontsize=10, va="top", family="monospace",
+                color="white" if s > 0.6 else "black",
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": colour, "edgecolor": "none"})
+    if title:
+        fig.suptitle(title, fontsize=10, y=1.0 + 0.25 / height)
+    return _save(fig, path)
+
+
+def plot_patch_attention(
+    images: ArrayLike,
+    weights: ArrayLike,
+    grid_shape: tuple[int, int],
+    patch_size: int,
+    path: str | Path,
+    *,
+    titles: Sequence[str] | None = None,
+    columns: int = 6,
+) -> Path:
+    """Images with one attention weight per patch laid over them, one panel per image.
+
+    Every image is shown twice, side by side: the plain image, and the image with its
+    patches coloured by weight (yellow = the image's largest weight, transparent = 0).
+
+    Args:
+        images: (K, H, W) grey-scale images with H = Gh * p and W = Gw * p.
+        weights: (K, P) one weight per patch, patches numbered row-major
+            (as :func:`setattn.domains.image_to_patches` numbers them), P = Gh * Gw.
+        grid_shape: (Gh, Gw).
+        patch_size: p.
+        path: the picture.
+        titles: K captions.
+        columns: images per row of the figure.
+
+    Returns:
+        ``path`` as a ``Path``.
+    """
+    from setattn.domains.images import patch_values_to_image
+
+    imgs, w = _numpy(images), _numpy(weights)
+    k = imgs.shape[0]
+    rows, cols = grid_shape
+    if imgs.ndim != 3 or imgs.shape[1:] != (rows * patch_size, cols * patch_size):
+        raise ValueError(f"images must be (K, {rows * patch_size}, {cols * patch_size}), "
+                         f"got {imgs.shape}")
+    if w.shape != (k, rows * cols):
+        raise ValueError(f"weights must be (K={k}, P={rows * cols}), got {w.shape}")
+    titles = list(titles) if titles is not None else [""] * k
+    plt = _pyplot()
+    columns = min(columns, k)
+    n_rows = -(-k // columns)
+    fig, axes = plt.subplots(n_rows, 2 * columns, figsize=(2.4 * columns, 1.35 * n_rows + 0.2),
+                             squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for i in range(k):
+        ax_img, ax_att = axes[i // columns, 2 * (i % columns)], axes[i // columns,
+                                                                     2 * (i % columns) + 1]
+        heat = patch_values_to_image(torch.from_numpy(_shade(w[i])), grid_shape, patch_size)
+        ax_img.imshow(imgs[i], cmap="gray_r")
+        ax_att.imshow(imgs[i], cmap="gray_r")
+        ax_att.imshow(heat.numpy(), cmap="viridis", alpha=0.6, vmin=0, vmax=1)
+        ax_img.set_title(titles[i], fontsize=7)
+        ax_att.set_title("attention", fontsize=7)
+    fig.tight_layout(pad=0.3)
+    return _save(fig, path)
+
+
+def plot_node_attention(
+    edge_index: torch.Tensor,
+    weights: ArrayLike,
+    center: int,
+    path: str | Path,
+    *,
+    labels: torch.Tensor | None = None,
+    hops: int = 2,
+    title: str | None = None,
+    seed: int = 0,
+) -> Path:
+    """A node's neighbourhood with every edge j -> i drawn as wide as its attention weight.
+
+    Shows the nodes within ``hops`` of ``center`` and the attention edges that flow into
+    the centre's receptive field (targets closer than ``hops``). Edge width grows with
+    the weight p_ij (in absolute terms) and darkness with p_ij relative to the strongest
+    edge drawn; the width of a node's outline is its self-loop weight p_ii.
+
+    Args:
+        edge_index: (2, E) long, row 0 source j, row 1 target i (self loops allowed).
+        weights: (E,) or (E, H) attention weights; heads are averaged.
+        center: the node in the middle of the picture.
+        path: the picture.
+        labels: (N,) class of every node, used for node colours.
+        hops: radius of the neighbourhood.
+        title: an optional title.
+        seed: seed of the spring layout.
+
+    Returns:
+        ``path`` as a ``Path``.
+    """
+    import networkx as nx
+
+    w = _numpy(weights)
+    w = w.mean(1) if w.ndim == 2 else w  # (E,)
+    src, dst = (edge_index[0].tolist(), edge_index[1].tolist())
+    if w.shape != (len(src),):
+        raise ValueError(f"{len(src)} edges but weights have shape {w.shape}")
+    # hop distance from the centre, following edges both ways
+    neighbours: dict[int, set[int]] = {}
+    for j, i in zip(src, dst):
+        neighbours.setdefault(i, set()).add(j)
+        neighbours.setdefault(j, set()).add(i)
+    dist = {center: 0}
+    frontier = [center]
+    for d in range(1, hops + 1):
+        frontier = [n for f in frontier for n in neighbours.get(f, ()) if n not in dist]
+        for n in frontier:
+            dist.setdefault(n, d)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(dist)
+    self_weight = dict.fromkeys(dist, 0.0)
+    for j, i, p in zip(src, dst, w):
+        if i in dist and j in dist and dist[i] < hops:
+            if i == j:
+                self_weight[i] = float(p)
+            else:
+                graph.add_edge(j, i, weight=float(p))
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 6))
+    pos = nx.spring_layout(graph.to_undirected(), seed=seed, k=1.5 / max(len(dist), 1) ** 0.5,
+                           pos={center: (0.0, 0.0)}, fixed=[center])
+    nodes = list(graph.nodes)
+    colours = "#9ecae1"
+    if labels is not None:
+        from matplotlib import colormaps
+
+        tab = colormaps["tab10"]
+        colours = [tab(int(labels[n]) % 10) for n in nodes]
+    edge_list = list(graph.edges)
+    ew = np.array([graph.edges[e]["weight"] for e in edge_list])
+    top = float(ew.max(initial=0.0)) or 1.0  # the darkest edge is the strongest one drawn
+    nx.draw_networkx_edges(graph, pos, ax=ax, edgelist=edge_list, width=0.4 + 7.0 * ew,
+                           edge_color=ew, edge_cmap=plt.get_cmap("Greys"), edge_vmin=-0.25 * top,
+                           edge_vmax=top, arrows=True, arrowsize=8,
+                           connectionstyle="arc3,rad=0.12", node_size=260)
+    nx.draw_networkx_nodes(graph, pos, ax=ax, nodelist=nodes, node_color=colours,
+                           node_size=[520 if n == center else 260 for n in nodes],
+                           edgecolors="black",
+                           linewidths=[0.3 + 4.0 * self_weight[n] for n in nodes])
+    nx.draw_networkx_labels(graph, pos, ax=ax, labels={n: str(n) for n in nodes}, font_size=6)
+    into_center = {e: f"{graph.edges[e]['weight']:.2f}" for e in edge_list if e[1] == center}
+    into_center[(center, center)] = f"self {self_weight[center]:.2f}"
+    nx.draw_networkx_edge_labels(graph, pos, ax=ax, edge_labels={
+        e: t for e, t in into_center.items() if e[0] != e[1]}, font_size=7,
+        connectionstyle="arc3,rad=0.12", label_pos=0.3,
+        bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none"})
+    ax.annotate(into_center[(center, center)], pos[center], xytext=(0, -22),
+                textcoords="offset points", ha="center", fontsize=7)
+    ax.set_title(title or f"attention around node {center} ({hops}-hop neighbourhood)",
+                 fontsize=10)
+    ax.axis("off")
+    return _save(fig, path)
