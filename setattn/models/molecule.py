@@ -1,7 +1,7 @@
 """Molecule property predictor: attention over the atom graph, attention pooling, MLP.
 
     atoms x (N, F_atom) --Linear--> h (N, D)
-    L x [ h = h + ELU(GATv2Conv(LayerNorm(h), bonds + self loops, bond features)) ]
+    L x [ h = h + ELU(GATv2Conv(h, bonds + self loops, bond features)) ]
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
              [++ molecule descriptors (G, F_desc)]
     head: Linear -> ReLU -> Dropout -> Linear -> (G, T)
@@ -36,6 +36,7 @@ class MoleculeModelConfig:
         layers: L, graph attention layers.
         heads: H, attention heads in each layer and in the readout.
         conv: "gatv2" or "gat".
+        norm: "none" or "layer" (LayerNorm before each attention layer).
         dropout: dropout in the head MLP and on attention weights.
         descriptor_dim: width of per-molecule descriptors appended to the readout (0: none).
         atom_dim: F_atom, atom feature width.
@@ -48,6 +49,7 @@ class MoleculeModelConfig:
     layers: int = 3
     heads: int = 4
     conv: str = "gatv2"
+    norm: str = "none"
     dropout: float = 0.0
     descriptor_dim: int = 0
     atom_dim: int = ATOM_FEATURE_DIM
@@ -69,6 +71,8 @@ class MoleculeModelConfig:
             raise ValueError(f"task must be 'regression' or 'classification', got {self.task!r}")
         if self.conv not in ("gat", "gatv2"):
             raise ValueError(f"conv must be 'gat' or 'gatv2', got {self.conv!r}")
+        if self.norm not in ("none", "layer"):
+            raise ValueError(f"norm must be 'none' or 'layer', got {self.norm!r}")
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if self.num_tasks < 1 or self.layers < 0:
@@ -112,7 +116,8 @@ class MoleculeModel(nn.Module):
                  add_self_loops=False, dropout=c.dropout)
             for _ in range(c.layers)
         ])
-        self.norms = nn.ModuleList([nn.LayerNorm(c.hidden) for _ in range(c.layers)])
+        norm = (lambda: nn.LayerNorm(c.hidden)) if c.norm == "layer" else nn.Identity
+        self.norms = nn.ModuleList([norm() for _ in range(c.layers)])
         self.pool = GlobalAttentionPool(c.hidden, heads=c.heads)
         self.head = nn.Sequential(
             nn.Linear(2 * c.hidden + c.descriptor_dim, c.hidden), nn.ReLU(),
