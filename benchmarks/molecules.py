@@ -160,7 +160,7 @@ def main() -> None:
                             "chemprop": theirs, "chemprop_s": theirs_s})
             print(f"{name} seed {seed}: setattn {metric} {ours:.3f} ({ours_s:.0f} s), "
                   f"chemprop {theirs:.3f} ({theirs_s:.0f} s)", file=sys.stderr, flush=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+            (args.out / "results.json").write_text(json.dumps(results, indent=2))
 
     header = ["data set", "metric", "seeds", "setattn", "chemprop 2.3.1", "setattn s/run",
               "chemprop s/run", "time ratio"]
