@@ -547,7 +547,20 @@ def _plan(top: Bipartite) -> list[_Bucket]:
             whole = not padded and sets.numel() == top.sizes_q.numel()
             plan.append(_Bucket(sets, qi, qv, ki, kv, padded, whole))
         top._cache["plan"] = plan
+        # every bucket's slots back to back: one gather per tensor feeds all buckets, so
+        # the backward pass scatters into one gradient instead of one per bucket
+        top._cache["q_slots"] = torch.cat([b.q_index.flatten() for b in plan] or [top.ptr_q[:0]])
+        top._cache["k_slots"] = torch.cat([b.k_index.flatten() for b in plan] or [top.ptr_q[:0]])
     return top._cache["plan"]
+
+
+def _bucket_views(x: Tensor, slots: Tensor, plan: list[_Bucket], side: str) -> list[Tensor]:
+    """Gather (N, H, A) rows once for all padded slots -> one (B, L, H, A) view per bucket."""
+    flat = x.index_select(0, slots)  # (sum of B * L, H, A)
+    shapes = [(bk.q_index if side == "q" else bk.k_index).shape for bk in plan]
+    # one split (not a slice per bucket): its backward is a single concatenation
+    parts = flat.split([b * length for b, length in shapes])
+    return [p.view(b, length, *x.shape[1:]) for p, (b, length) in zip(parts, shapes)]
 
 
 def _bucket_edge_ids(top: Bipartite, bk: _Bucket) -> tuple[Tensor, Tensor]:
@@ -571,13 +584,18 @@ def _attend_blocks(q, k, v, top: Bipartite, score, bias, mask, edge_attr, p, top
     use_sdpa = scale is not None and edge_attr is None and top_k is None and not need_weights
 
     rows, outs, edge_ids, weights = [], [], [], []
-    for bk in _plan(top):
+    plan = _plan(top)
+    if plan and not plan[0].whole:
+        q_views = _bucket_views(pq, top._cache["q_slots"], plan, "q")
+        k_views = _bucket_views(pk, top._cache["k_slots"], plan, "k")
+        v_views = _bucket_views(v, top._cache["k_slots"], plan, "k")
+    for n, bk in enumerate(plan):
         if bk.whole:  # one bucket, no padding: plain reshapes
             b, lq, lk = bk.sets.numel(), bk.q_valid.shape[1], bk.k_valid.shape[1]
             qb = pq.reshape(b, lq, heads, -1)  # (B, Lq, H, A)
             kb, vb = pk.reshape(b, lk, heads, -1), v.reshape(b, lk, heads, dv)
         else:
-            qb, kb, vb = pq[bk.q_index], pk[bk.k_index], v[bk.k_index]  # (B, L, H, .)
+            qb, kb, vb = q_views[n], k_views[n], v_views[n]  # (B, L, H, .)
 
         # per-edge inputs in canonical (target-major) order -> (B, H|1, Lq, Lk)
         eid = pair_valid = None
