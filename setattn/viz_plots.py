@@ -228,10 +228,12 @@ def plot_patch_attention(
     titles: Sequence[str] | None = None,
     columns: int = 6,
 ) -> Path:
-    """Images with one attention weight per patch laid over them, one panel per image.
+    """Images beside their attention weights per patch, one pair of panels per image.
 
-    Every image is shown twice, side by side: the plain image, and the image with its
-    patches coloured by weight (yellow = the image's largest weight, transparent = 0).
+    The left panel is the image; the right one is the patch weights as a heatmap (black =
+    0, bright = the image's largest weight) with the image's strokes drawn on it as white
+    contour lines. The right panel's title gives the largest weight and the uniform
+    weight 1 / P for comparison.
 
     Args:
         images: (K, H, W) grey-scale images with H = Gh * p and W = Gw * p.
@@ -265,14 +267,17 @@ def plot_patch_attention(
     for ax in axes.flat:
         ax.axis("off")
     for i in range(k):
-        ax_img, ax_att = axes[i // columns, 2 * (i % columns)], axes[i // columns,
-                                                                     2 * (i % columns) + 1]
+        ax_img = axes[i // columns, 2 * (i % columns)]
+        ax_att = axes[i // columns, 2 * (i % columns) + 1]
         heat = patch_values_to_image(torch.from_numpy(_shade(w[i])), grid_shape, patch_size)
         ax_img.imshow(imgs[i], cmap="gray_r")
-        ax_att.imshow(imgs[i], cmap="gray_r")
-        ax_att.imshow(heat.numpy(), cmap="viridis", alpha=0.6, vmin=0, vmax=1)
+        ax_att.imshow(heat.numpy(), cmap="inferno", vmin=0, vmax=1)
+        top = imgs[i].max()
+        if top > imgs[i].min():  # strokes as contours; a flat image has none
+            ax_att.contour(imgs[i], levels=[imgs[i].min() + 0.4 * (top - imgs[i].min())],
+                           colors="white", linewidths=0.7)
         ax_img.set_title(titles[i], fontsize=7)
-        ax_att.set_title("attention", fontsize=7)
+        ax_att.set_title(f"max {w[i].max():.3f}, 1/P {1 / w.shape[1]:.3f}", fontsize=6)
     fig.tight_layout(pad=0.3)
     return _save(fig, path)
 
