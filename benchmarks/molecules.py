@@ -10,7 +10,9 @@ Rows whose SMILES RDKit cannot parse are dropped first (chemprop stops at the fi
 such row; Tox21 has 8). Both test metrics are computed by the same code
 (``setattn.train.evaluate``) from each tool's test predictions. Wall time is the whole
 ``train`` command (featurisation, training, evaluation), measured here, one run after
-another. chemprop is installed on first use into ``benchmarks/.venv-chemprop`` with
+another, both limited to the same number of CPU threads (``--threads``, default 1, which
+is setattn's default: on a shared 2-core machine two threads per process slowed both
+tools several-fold). chemprop is installed on first use into ``benchmarks/.venv-chemprop`` with
 ``pip install torch==2.13.0 chemprop==2.3.1``.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -89,31 +92,32 @@ def clean_csv(name: str, seeds: list[int], out: Path) -> tuple[Path, list[str], 
     return path, [r["smiles"] for r in rows], y
 
 
-def _timed(cmd: list[str], log: Path) -> float:
+def _timed(cmd: list[str], log: Path, threads: int) -> float:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     t0 = time.perf_counter()
     with open(log, "w") as f:
-        res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+        res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     seconds = time.perf_counter() - t0
     if res.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed (exit {res.returncode}); see {log}")
     return seconds
 
 
-def run_setattn(name: str, data: Path, seed: int, out: Path) -> tuple[float, float]:
+def run_setattn(name: str, data: Path, seed: int, out: Path, threads: int) -> tuple[float, float]:
     """Train with setattn's defaults; returns (test metric, wall seconds)."""
     _, targets, task, metric = DATASETS[name]
     run_dir = out / name / f"setattn_seed{seed}"
     cmd = [str(Path(sys.executable).parent / "setattn"), "train", "--data", str(data),
            "--smiles-column", "smiles", "--target-columns", *targets, "--task", task,
            "--split", "random", "--split-sizes", *map(str, SIZES), "--seed", str(seed),
-           "--output-dir", str(run_dir)]
-    seconds = _timed(cmd, out / name / f"setattn_seed{seed}.log")
+           "--output-dir", str(run_dir), "--num-threads", str(threads)]
+    seconds = _timed(cmd, out / name / f"setattn_seed{seed}.log", threads)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     return float(metrics["test"][metric]), seconds
 
 
 def run_chemprop(name: str, data: Path, smiles: list[str], y: np.ndarray, seed: int,
-                 out: Path) -> tuple[float, float]:
+                 out: Path, threads: int) -> tuple[float, float]:
     """Train chemprop with its defaults on the same split; returns (test metric, seconds)."""
     _, targets, task, metric = DATASETS[name]
     run_dir = out / name / f"chemprop_seed{seed}"
@@ -121,7 +125,7 @@ def run_chemprop(name: str, data: Path, smiles: list[str], y: np.ndarray, seed: 
            "--smiles-columns", "smiles", "--target-columns", *targets, "--task-type", task,
            "--splits-column", f"split{seed}", "--output-dir", str(run_dir),
            "--pytorch-seed", str(seed), "--data-seed", str(seed)]
-    seconds = _timed(cmd, out / name / f"chemprop_seed{seed}.log")
+    seconds = _timed(cmd, out / name / f"chemprop_seed{seed}.log", threads)
     _, _, test = splits.random(len(smiles), SIZES, seed)
     test = sorted(test)  # chemprop keeps file order within the split column's test rows
     with open(run_dir / "model_0" / "test_predictions.csv", newline="") as f:
@@ -145,6 +149,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules")
     parser.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
     args = parser.parse_args()
 
     results = []
@@ -152,15 +157,16 @@ def main() -> None:
         data, smiles, y = clean_csv(name, args.seeds, args.out)
         metric = DATASETS[name][3]
         for seed in args.seeds:
-            ours, ours_s = run_setattn(name, data, seed, args.out)
+            ours, ours_s = run_setattn(name, data, seed, args.out, args.threads)
             theirs, theirs_s = (float("nan"), float("nan")) if args.skip_chemprop else \
-                run_chemprop(name, data, smiles, y, seed, args.out)
+                run_chemprop(name, data, smiles, y, seed, args.out, args.threads)
             results.append({"dataset": name, "metric": metric, "seed": seed,
                             "setattn": ours, "setattn_s": ours_s,
                             "chemprop": theirs, "chemprop_s": theirs_s})
             print(f"{name} seed {seed}: setattn {metric} {ours:.3f} ({ours_s:.0f} s), "
                   f"chemprop {theirs:.3f} ({theirs_s:.0f} s)", file=sys.stderr, flush=True)
-            (args.out / "results.json").write_text(json.dumps(results, indent=2))
+            done = [r for r in results if r["dataset"] == name]
+            (args.out / name / "results.json").write_text(json.dumps(done, indent=2))
 
     header = ["data set", "metric", "seeds", "setattn", "chemprop 2.3.1", "setattn s/run",
               "chemprop s/run", "time ratio"]
