@@ -2,17 +2,16 @@
 
 Time: median wall time of several forward+backward runs after warm-up, in one process.
 Memory: each case is re-run in a fresh subprocess (``python SCRIPT --memory CASE``),
-which reports the growth of its peak resident set size (ru_maxrss) over its resident
-size just before the measured forward+backward. That counts everything the run
-allocates (activations, gradients, temporaries), the CPU analogue of
+which reports the growth of its peak resident set size (VmHWM, reset through
+``/proc/self/clear_refs`` just before the pass, so that neither setup nor the parent
+process image counts) over its resident size just before the measured forward+backward.
+That counts everything the run allocates (activations, gradients, temporaries), the CPU analogue of
 ``torch.cuda.max_memory_allocated`` deltas.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -32,18 +31,22 @@ def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> floa
     return statistics.median(times)
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
 
 
 def peak_mb_here(fn: Callable[[], object]) -> float:
-    """Peak RSS growth (MB) of one ``fn()`` call in this (fresh) process."""
-    before = _rss_mb()
+    """Peak RSS growth (MB) of one ``fn()`` call in this process."""
+    before = _status_mb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak (VmHWM) to the current RSS
     fn()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB -> MB on Linux
-    return max(peak - before, 0.0)
+    return max(_status_mb("VmHWM") - before, 0.0)
 
 
 def peak_mb_subprocess(script: str, case: str, extra: list[str] | None = None) -> float:
