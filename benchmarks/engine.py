@@ -178,7 +178,10 @@ def main() -> None:
     parser.add_argument("--memory", metavar="CASE", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory column")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch CPU threads for both sides (default: torch's)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     if args.memory:
         fn = CASES[args.memory]()
         fn()  # warm-up allocations of the graph caches and kernels
@@ -190,7 +193,8 @@ def main() -> None:
     for name, build in CASES.items():
         repeats = 2 if "transformerconv" in name else args.repeats
         seconds[name] = time_it(build(), repeats=repeats, warmup=1)
-        mem[name] = float("nan") if args.no_memory else peak_mb_subprocess(__file__, name)
+        mem[name] = float("nan") if args.no_memory else \
+            peak_mb_subprocess(__file__, name, ["--threads", str(args.threads)])
         print(f"  measured {name}: {seconds[name] * 1e3:.1f} ms, {mem[name]:.0f} MB",
               file=sys.stderr)
     rows = []
