@@ -14,7 +14,9 @@ Two paths compute this and give the same numbers:
   2r + 1 neighbours into (N, W) blocks. No all-pairs edge list is built unless
   weights are asked for.
 * sparse (edge lists): logits per edge, a max-shifted softmax per target node
-  (segment softmax) and a segment sum of the weighted values.
+  (segment softmax) and a segment sum of the weighted values. On the CPU the sum (and
+  dot-type logits) run as CSR sparse-dense products with their own backward, so only
+  the (E, H) weights are kept, never (E, H, D) messages.
 
 A target with nothing to attend to (no incoming edge, an empty set, every edge
 masked) gets zeros, never NaN. Weights returned or captured never include dropout.
