@@ -16,13 +16,25 @@ Cases:
              to_dense_batch + pad-to-max SDPA with a key padding mask.
   sparse     100k nodes, 1M random edges, 4 heads x 16: projection + GAT-score attend vs
              PyG GATConv(64, 16, heads=4, add_self_loops=False).
+  d64        8 sets x 512 items, 8 heads x 64: attend on complete(ptr) vs SDPA on the
+             padded (8, 8, 512, 64) batch, fwd+bwd.
+
+Matmul rate: a second table sets the d64 case against the machine's float32 matrix
+multiply rate, measured in the same run at the same thread count (torch.mm of two
+2048 x 2048 matrices, 2 n^3 flops). Attention flops count the two matrix products,
+QK^T and PV, 4 B H N^2 D forward; forward + backward counts 3x that (the backward
+has four such products: dV, dP, dQ, dK), not the recomputation SDPA's backward may do.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -42,9 +54,13 @@ def _backward(out: torch.Tensor) -> None:
     out.sum().backward()
 
 
-def _qkv(n: int, seed: int = 0):
+D64_SETS, D64_ITEMS, D64_HEADS, D64_DIM = 8, 512, 8, 64
+MATMUL_N = 2048
+
+
+def _qkv(n: int, seed: int = 0, heads: int = HEADS, dim: int = HEAD_DIM):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(n, HEADS, HEAD_DIM, generator=g).requires_grad_() for _ in range(3)]
+    return [torch.randn(n, heads, dim, generator=g).requires_grad_() for _ in range(3)]
 
 
 def ragged_sizes(seed: int = 0) -> torch.Tensor:
@@ -122,6 +138,45 @@ def case_ragged_padded_sdpa():
     return run
 
 
+def _d64_qkv(grad: bool = True):
+    """(B * N, H, D) q, k, v of the head-dim-64 case."""
+    qkv = _qkv(D64_SETS * D64_ITEMS, heads=D64_HEADS, dim=D64_DIM)
+    return qkv if grad else [t.detach() for t in qkv]
+
+
+def _d64_padded(qkv):
+    """(B * N, H, D) -> the padded (B, H, N, D) layout SDPA takes, as leaves."""
+    return [t.detach().view(D64_SETS, D64_ITEMS, D64_HEADS, D64_DIM).transpose(1, 2)
+            .contiguous().requires_grad_(t.requires_grad) for t in qkv]
+
+
+def case_d64_attend(backward: bool = True):
+    q, k, v = _d64_qkv(backward)
+    top = setattn.complete(setattn.topology.ptr_from_sizes([D64_ITEMS] * D64_SETS))
+    if not backward:
+        return lambda: setattn.attend(q, k, v, top)
+    return lambda: _backward(setattn.attend(q, k, v, top))
+
+
+def case_d64_sdpa(backward: bool = True):
+    q, k, v = _d64_padded(_d64_qkv(backward))  # (B, H, N, D)
+    if not backward:
+        return lambda: F.scaled_dot_product_attention(q, k, v)
+    return lambda: _backward(F.scaled_dot_product_attention(q, k, v))
+
+
+def d64_flops() -> float:
+    """Forward flops of QK^T and PV in the d64 case: 2 products of 2 B H N^2 D each."""
+    return 4.0 * D64_SETS * D64_HEADS * D64_ITEMS**2 * D64_DIM
+
+
+def _matmul_case():
+    """torch.mm of two (n, n) float32 matrices, n = MATMUL_N."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(MATMUL_N, MATMUL_N, generator=g) for _ in range(2))
+    return lambda: torch.mm(a, b)
+
+
 def _random_graph(n: int = 100_000, e: int = 1_000_000):
     g = torch.Generator().manual_seed(0)
     return torch.randint(0, n, (2, e), generator=g), n
@@ -161,6 +216,8 @@ CASES = {
     "ragged_padded_sdpa": case_ragged_padded_sdpa,
     "sparse_attend": case_sparse_attend,
     "sparse_pyg_gatconv": case_sparse_pyg_gatconv,
+    "d64_attend": case_d64_attend,
+    "d64_sdpa": case_d64_sdpa,
 }
 
 COMPARISONS = [
@@ -170,7 +227,47 @@ COMPARISONS = [
     ("ragged 4..512: attend (buckets) vs pad-to-max SDPA", "ragged_attend",
      "ragged_padded_sdpa"),
     ("sparse 100k/1M: GAT attend vs PyG GATConv", "sparse_attend", "sparse_pyg_gatconv"),
+    ("complete 8x512, 8 heads x 64: attend vs SDPA", "d64_attend", "d64_sdpa"),
 ]
+
+
+def _interleaved(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each case over ``repeats`` rounds of one run per case (after a
+    warm-up round), so that a shared machine's drifting load hits all cases alike."""
+    for fn in cases.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
+    def run():
+        with torch.no_grad():
+            return fn()
+    return run
+
+
+def matmul_table(repeats: int) -> None:
+    """Achieved GFLOP/s of the d64 case against torch.mm's rate, all measured now."""
+    cases = {"matmul": _matmul_case()}
+    for label, build in (("attend", case_d64_attend), ("SDPA", case_d64_sdpa)):
+        cases[f"{label} fwd"] = _no_grad(build(backward=False))
+        cases[f"{label} fwd+bwd"] = build(backward=True)
+    sec = _interleaved(cases, max(repeats, 5))
+    mm = 2.0 * MATMUL_N**3 / sec.pop("matmul") / 1e9
+    rows = []
+    for name, s in sec.items():
+        gflops = (3.0 if "bwd" in name else 1.0) * d64_flops() / s / 1e9
+        rows.append([name, f"{s * 1e3:.1f}", f"{gflops:.1f}", f"{100 * gflops / mm:.0f} %"])
+    print(f"\nhead dim 64 ({D64_SETS} sets x {D64_ITEMS}, {D64_HEADS} heads x {D64_DIM}) vs "
+          f"torch.mm {MATMUL_N}x{MATMUL_N}: {mm:.1f} GFLOP/s at {torch.get_num_threads()} "
+          f"thread(s); medians of interleaved rounds")
+    print_table(["complete attention", "ms", "GFLOP/s", "of matmul rate"], rows)
 
 
 def main() -> None:
@@ -178,6 +275,8 @@ def main() -> None:
     parser.add_argument("--memory", metavar="CASE", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory column")
+    parser.add_argument("--only-matmul", action="store_true",
+                        help="only the head-dim-64 table against the matmul rate")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch CPU threads for both sides (default: torch's)")
     args = parser.parse_args()
@@ -188,7 +287,11 @@ def main() -> None:
         print(json.dumps({"peak_mb": peak_mb_here(fn)}))
         return
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if args.only_matmul:
+        matmul_table(args.repeats)
+        return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     seconds, mem = {}, {}
     for name, build in CASES.items():
         repeats = 2 if "transformerconv" in name else args.repeats
@@ -205,6 +308,9 @@ def main() -> None:
                      f"{mem[anchor] / max(mem[ours], 1e-9):.2f}x"])
     print_table(["comparison (fwd+bwd)", "setattn ms", "anchor ms", "speed-up",
                  "setattn MB", "anchor MB", "memory ratio"], rows)
+    print("speed-up = anchor ms / setattn ms (> 1: setattn faster); "
+          "memory ratio = anchor MB / setattn MB (> 1: setattn lighter)")
+    matmul_table(args.repeats)
 
 
 if __name__ == "__main__":
