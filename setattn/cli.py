@@ -8,6 +8,10 @@ Bad input (a missing file or column, a non-numeric target, a foreign checkpoint,
 flag out of range) ends the command with exit status 2 and one message naming the
 file, row, column or argument; an interrupted ``train`` (Ctrl-C) exits with 130 and
 is continued by the same command with ``--resume``.
+
+``train`` runs data-parallel when started by ``torchrun`` (see ``setattn.distributed``):
+
+    torchrun --standalone --nproc_per_node 2 -m setattn.cli train --data CSV ...
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
-from setattn import splits
+from setattn import distributed, splits
 from setattn.capture import capture
 from setattn.domains.molecules import InvalidSmilesError
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
@@ -224,7 +228,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"argument --output-dir: {out} already holds a run; pass --resume "
                              f"to continue it, or choose another directory")
         run = run_config_from_args(args)
+    distributed.barrier()  # under torchrun: every rank has checked out/ before rank 0 writes
     metrics = run_training(run, out, resume=args.resume)
+    if not distributed.world().is_main:
+        return 0
     test = metrics["test"]
     if run.task == "regression":
         summary = f"test RMSE {test['rmse']:.4f}  MAE {test['mae']:.4f}  R2 {test['r2']:.4f}"
@@ -410,6 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.num_threads)
     command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain}[args.command]
     try:
+        if args.command == "train":  # one process group per run under torchrun
+            with distributed.session():
+                return command(args)
         return command(args)
     except (FileNotFoundError, CheckpointError, ValueError) as err:
         print(f"setattn {args.command}: error: {err}", file=sys.stderr)

@@ -42,11 +42,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import BatchSampler, RandomSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from tqdm import tqdm
 
-from setattn import splits
+from setattn import distributed, splits
 from setattn.data import load_molecule_csv
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
@@ -69,11 +71,13 @@ __all__ = [
     "load_run",
     "masked_loss",
     "predict",
+    "predict_all",
     "regression_metrics",
     "rdkit_descriptors",
     "roc_auc",
     "run_training",
     "save_checkpoint",
+    "shard_loss",
 ]
 
 FORMAT = 1
@@ -281,13 +285,42 @@ def masked_loss(out: Tensor, y: Tensor, task: str) -> Tensor:
     Returns:
         A scalar; 0 (still on the autograd graph) when nothing is labelled.
     """
+    losses, mask = _masked_losses(out, y, task)  # (G, T), (G, T)
+    return losses.sum() / mask.sum().clamp_min(1)
+
+
+def _masked_losses(out: Tensor, y: Tensor, task: str) -> tuple[Tensor, Tensor]:
+    """(G, T) per-entry losses, zero where the label is missing, and the (G, T) label mask."""
     mask = ~torch.isnan(y)  # (G, T)
     target = torch.where(mask, y, torch.zeros_like(y))  # (G, T)
     if task == "regression":
         losses = (out - target).square()  # (G, T)
     else:
         losses = F.binary_cross_entropy_with_logits(out, target, reduction="none")  # (G, T)
-    return (losses * mask).sum() / mask.sum().clamp_min(1)
+    return losses * mask, mask
+
+
+def shard_loss(out: Tensor, y: Tensor, task: str, labelled: int, world_size: int,
+               padding: bool = False) -> Tensor:
+    """One rank's part of a global batch's mean loss, scaled for gradient averaging.
+
+    ``DistributedDataParallel`` averages gradients over the N ranks, so each rank
+    returns N times its share: the average is then the gradient of the global
+    batch's ``masked_loss``, whatever the shares' sizes.
+
+    Args:
+        out: (G_r, T) this rank's model outputs.
+        y: (G_r, T) its targets (NaN where missing).
+        task: "regression" or "classification".
+        labelled: labelled entries in the whole global batch (all ranks).
+        world_size: N.
+        padding: this rank's batch is padding (weighted by zero).
+
+    Returns:
+        A scalar: N * (summed loss of this rank's labelled entries) / ``labelled``.
+    """
+    losses, _ = _masked_losses(out, y, task)  # (G_r, T)
+    return losses.sum() * (0.0 if padding else world_size / max(labelled, 1))
 
 
 def _binary_curve(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -618,16 +651,24 @@ def predict(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -
     return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
 
 
+def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
+    """``predict`` on all ranks together: each predicts a shard, all get the (M, T) whole."""
+    return distributed.gather_predictions(lambda part: predict(model, part), data)
+
+
 @torch.no_grad()
 def _val_loss(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> float:
+    """Mean loss per labelled entry; each rank sums over its shard of ``data``."""
     model.eval()
+    w = distributed.world()
+    part = [data[i] for i in distributed.shard(len(data), w.rank, w.size)]
     total, count = 0.0, 0
-    for batch in DataLoader(list(data), batch_size=batch_size):
+    for batch in DataLoader(part, batch_size=batch_size):
         y = model.scale_targets(batch.y)  # (G, T)
         labelled = int((~torch.isnan(y)).sum())
         total += masked_loss(model(batch), y, model.config.task).item() * labelled
         count += labelled
-    return total / max(count, 1)
+    return distributed.all_reduce_sum(total) / max(distributed.all_reduce_sum(count), 1)
 
 
 def _targets(data: Sequence[Data]) -> Tensor:
@@ -679,11 +720,17 @@ def fit(
         A ``FitResult`` with the best model loaded.
     """
     out_dir = Path(out_dir)
+    w = distributed.world()
+    log = log if w.is_main else _quiet
     task = model.config.task
     batch_size = config.batch_size or default_batch_size(len(train_data))
     generator = torch.Generator().manual_seed(config.seed)
-    loader = DataLoader(list(train_data), batch_size=batch_size, shuffle=True,
-                        generator=generator)
+    train_list = list(train_data)
+    # the batches of DataLoader(shuffle=True, generator=generator); rank r gets its share
+    sampler = distributed.ShardBatchSampler(
+        BatchSampler(RandomSampler(train_list, generator=generator), batch_size, False),
+        w.rank, w.size)
+    loader = DataLoader(train_list, batch_sampler=sampler, generator=generator)
     train_y = _targets(train_data)  # (M, T)
     descriptors = (torch.cat([d.descriptors for d in train_data])
                    if model.config.descriptor_dim else None)  # (M, F_desc)
@@ -699,8 +746,11 @@ def fit(
     best_path, last_path = out_dir / "best.pt", out_dir / "last.pt"
     meta = {"task": task, "target_columns": list(names), **(meta or {})}
 
-    if resume and last_path.is_file():
-        state = load_checkpoint(last_path, "training")
+    state = None
+    if resume:  # rank 0 reads the checkpoint; every rank gets it
+        state = distributed.broadcast(
+            load_checkpoint(last_path, "training") if w.is_main and last_path.is_file() else None)
+    if state is not None:
         model.load_state_dict(state["state_dict"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -711,6 +761,8 @@ def fit(
             log(f"model {member}: resuming after epoch {progress['epoch']} from {last_path}")
     else:
         torch.manual_seed(config.seed)  # dropout and anything else drawn during training
+    # DDP averages gradients over the ranks (and starts every rank from rank 0's weights)
+    net = DistributedDataParallel(model) if w.size > 1 else model
 
     metric_key = f"val_{monitor}"
     while not progress["finished"]:
@@ -719,25 +771,32 @@ def fit(
         model.train()
         total, count = 0.0, 0
         bar = tqdm(loader, desc=f"model {member} epoch {epoch}/{config.epochs}",
-                   leave=False, disable=None, unit="batch")
+                   leave=False, disable=None if w.is_main else True, unit="batch")
         for batch in bar:
-            loss = masked_loss(model(batch), model.scale_targets(batch.y), task)
+            out, y = net(batch), model.scale_targets(batch.y)  # (G_r, T) each
+            if w.size == 1:
+                loss = masked_loss(out, y, task)
+            else:
+                labelled = int((~torch.isnan(train_y[sampler.current])).sum())
+                loss = shard_loss(out, y, task, labelled, w.size, sampler.padding)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             scheduler.step()
-            total += loss.item() * batch.num_graphs
-            count += batch.num_graphs
+            total += loss.item() / w.size * len(sampler.current)
+            count += len(sampler.current)
+        total = distributed.all_reduce_sum(total)
         val_loss = _val_loss(model, val_data)
-        val_metrics = evaluate(val_y, predict(model, val_data), task, names)
+        val_metrics = evaluate(val_y, predict_all(model, val_data), task, names)
         value = val_loss if monitor == "loss" else val_metrics[monitor]
         improved = _improved(value, progress["best_value"], monitor)
         if improved:
             progress.update(best_epoch=epoch, best_value=value, bad_epochs=0)
-            save_checkpoint({"kind": "model", "config": model.config.to_dict(),
-                             "state_dict": model.state_dict(),
-                             "meta": {**meta, "epoch": epoch, "val": _json_safe(val_metrics)}},
-                            best_path)
+            if w.is_main:
+                save_checkpoint({"kind": "model", "config": model.config.to_dict(),
+                                 "state_dict": model.state_dict(),
+                                 "meta": {**meta, "epoch": epoch,
+                                          "val": _json_safe(val_metrics)}}, best_path)
         else:
             progress["bad_epochs"] += 1
         row = {"model": member, "epoch": epoch, "train_loss": total / max(count, 1),
@@ -745,12 +804,16 @@ def fit(
                "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - start}
         progress["rows"] = [*progress["rows"], row]
         progress["epoch"] = epoch
-        progress["finished"] = epoch >= config.epochs or progress["bad_epochs"] >= config.patience
-        save_checkpoint({"kind": "training", "config": model.config.to_dict(),
-                         "state_dict": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(),
-                         "rng": {"torch": torch.get_rng_state(), "loader": generator.get_state()},
-                         "progress": progress}, last_path)
+        progress["finished"] = distributed.broadcast(  # every rank stops with rank 0
+            epoch >= config.epochs or progress["bad_epochs"] >= config.patience)
+        if w.is_main:
+            save_checkpoint({"kind": "training", "config": model.config.to_dict(),
+                             "state_dict": model.state_dict(),
+                             "optimizer": optimizer.state_dict(),
+                             "scheduler": scheduler.state_dict(),
+                             "rng": {"torch": torch.get_rng_state(),
+                                     "loader": generator.get_state()},
+                             "progress": progress}, last_path)
         log(f"model {member} epoch {epoch:3d}/{config.epochs}  train_loss {_fmt(row['train_loss'])}"
             f"  val_loss {_fmt(val_loss)}  {metric_key} {_fmt(value)}  lr {row['lr']:.2e}"
             f"  {row['seconds']:.1f}s{'  *' if improved else ''}")
@@ -760,12 +823,26 @@ def fit(
             log(f"model {member}: early stop after epoch {epoch} "
                 f"({config.patience} epochs without a better {metric_key})")
 
-    if not best_path.is_file():
+    best = _load_best(best_path)
+    if best is None:
         raise RuntimeError(f"model {member}: the validation {monitor} was never finite "
                            f"(did training diverge? try a lower --lr)")
-    best, _ = load_model(best_path)
     return FitResult(best, int(progress["best_epoch"]), float(progress["best_value"]),
                      monitor, list(progress["rows"]))
+
+
+def _quiet(line: str) -> None:
+    """The log of ranks other than 0: they train in silence."""
+
+
+def _load_best(path: Path) -> MoleculeModel | None:
+    """The best model of ``fit`` (None if none was saved), read by rank 0 and broadcast."""
+    w = distributed.world()
+    if w.size == 1:
+        return load_model(path)[0] if path.is_file() else None
+    ckpt = distributed.broadcast(
+        load_checkpoint(path, "model") if w.is_main and path.is_file() else None)
+    return None if ckpt is None else _build_model(ckpt, path)
 
 
 def _json_safe(obj: Any) -> Any:
@@ -828,7 +905,7 @@ def _write_log(rows: Sequence[dict], path: Path) -> None:
 
 def _ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> Tensor:
     """(M, T) mean prediction of the models."""
-    return torch.stack([predict(m, data) for m in models]).mean(0)
+    return torch.stack([predict_all(m, data) for m in models]).mean(0)
 
 
 def _skipped(failures: Sequence[InvalidSmilesError]) -> list[dict]:
@@ -880,6 +957,8 @@ def run_training(
     """
     start = time.perf_counter()
     out = Path(output_dir)
+    main = distributed.world().is_main  # under torchrun only rank 0 writes files and prints
+    log = log if main else _quiet
     run.validate()
     source = Path(run.data).name
     molecules = load_molecule_csv(run.data, run.smiles_column, run.target_columns)
@@ -903,12 +982,13 @@ def run_training(
     split_rows = {name: [int(data[i].row) for i in idx]
                   for name, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx))}
     split_path = out / "split.json"
-    if resume and split_path.is_file():
+    if main and resume and split_path.is_file():
         if json.loads(split_path.read_text()) != split_rows:
             raise ValueError(f"{split_path}: {source} or the split settings changed since the "
                              f"run started; resume needs the same data")
-    _write_json(run.to_dict(), out / "config.json")
-    _write_json(split_rows, split_path)
+    if main:
+        _write_json(run.to_dict(), out / "config.json")
+        _write_json(split_rows, split_path)
     log(f"{source}: {len(data)} molecules, split {run.split} (seed {run.seed}): "
         f"{len(train)} train / {len(val)} val / {len(test)} test")
 
@@ -923,7 +1003,8 @@ def run_training(
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
 
         def on_epoch(rows: list[dict], done: list[dict] = all_rows) -> None:
-            _write_log([*done, *rows], out / "log.csv")
+            if main:
+                _write_log([*done, *rows], out / "log.csv")
             if callback is not None:
                 callback(rows)
 
@@ -932,11 +1013,13 @@ def run_training(
                      resume=resume, member=k, callback=on_epoch, log=log)
         results.append(result)
         all_rows += result.rows
-        _write_log(all_rows, out / "log.csv")
+        if main:
+            _write_log(all_rows, out / "log.csv")
 
-    from setattn.viz import plot_training_curve
+    if main:
+        from setattn.viz import plot_training_curve
 
-    plot_training_curve(all_rows, out / "curve.png", metric=f"val_{results[0].monitor}")
+        plot_training_curve(all_rows, out / "curve.png", metric=f"val_{results[0].monitor}")
     models = [r.model for r in results]
     metrics = {
         "task": run.task,
@@ -944,7 +1027,8 @@ def run_training(
         "test": evaluate(_targets(test), _ensemble_predict(models, test), run.task, names),
         "val": evaluate(_targets(val), _ensemble_predict(models, val), run.task, names),
         "models": [{"best_epoch": r.best_epoch, "epochs_run": len(r.rows),
-                    "test": evaluate(_targets(test), predict(r.model, test), run.task, names)}
+                    "test": evaluate(_targets(test), predict_all(r.model, test), run.task,
+                                     names)}
                    for r in results],
         "split": {"type": run.split, "seed": run.seed, "sizes": list(run.split_sizes),
                   "train": len(train), "val": len(val), "test": len(test)},
@@ -955,5 +1039,6 @@ def run_training(
     }
     if run.split == "kfold":
         metrics["split"].update(fold=run.fold, folds=splits.num_folds(run.split_sizes))
-    _write_json(metrics, out / "metrics.json")
+    if main:
+        _write_json(metrics, out / "metrics.json")
     return metrics
