@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import multiprocessing
 import sys
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -121,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--output", required=True, help="CSV file to write")
     predict.add_argument("--smiles-column", help="default: the one the model was trained with")
     predict.add_argument("--num-threads", type=int, default=DEFAULT_THREADS)
+    predict.add_argument("--workers", type=int, default=1,
+                         help="processes featurising and predicting chunks in parallel "
+                         "(default: 1, this process alone); the output is the same")
 
     explain = sub.add_parser("explain", help="draw which atoms the model's readout attended to")
     explain.add_argument("--model", required=True, help="run directory (or one best.pt)")
@@ -246,14 +251,22 @@ def cmd_train(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------
 
 
-def _read_chunks(reader: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
-    """Successive lists of at most ``size`` CSV records."""
+def _read_chunks(reader: Iterator[list[str]], size: int, source: str
+                 ) -> Iterator[list[list[str]]]:
+    """Successive lists of at most ``size`` CSV records.
+
+    Raises:
+        ValueError: naming ``source`` and the line if the CSV module cannot read it.
+    """
     chunk: list[list[str]] = []
-    for record in reader:
-        chunk.append(record)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
+    try:
+        for record in reader:
+            chunk.append(record)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    except csv.Error as err:
+        raise ValueError(f"{source}: line {reader.line_num}: unreadable CSV ({err})") from None
     if chunk:
         yield chunk
 
@@ -291,24 +304,77 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
     return mean, std, errors
 
 
+# A chunk's work in a worker process: (first row, SMILES) -> (mean, std, errors).
+# The models reach the workers by fork (set by _init_worker), not through a pipe.
+_WORKER: dict = {}
+
+
+def _init_worker(models: Sequence[MoleculeModel], source: str) -> None:
+    torch.set_num_threads(1)
+    _WORKER.update(models=models, source=source)
+
+
+def _worker_chunk(task: tuple[int, list[str]]) -> tuple:
+    first_row, smiles = task
+    mean, std, errors = _predict_chunk(_WORKER["models"], smiles, first_row, _WORKER["source"])
+    return mean.numpy(), std.numpy(), errors  # arrays travel back as plain bytes
+
+
+def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, list[str]]],
+                    source: str, workers: int) -> Iterator[tuple[list[str], tuple]]:
+    """(SMILES, ``_predict_chunk`` result) for each (first row, SMILES) task, in order.
+
+    With ``workers`` > 1 a pool of forked processes works on up to 2 chunks each at
+    a time; the next chunks are read only as results are written, so memory stays
+    bounded whatever the input size.
+    """
+    if workers <= 1:
+        for first_row, smiles in tasks:
+            yield smiles, _predict_chunk(models, smiles, first_row, source)
+        return
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers, _init_worker, (models, source)) as pool:
+        pending: deque = deque()
+        for task in tasks:
+            pending.append((task[1], pool.apply_async(_worker_chunk, (task,))))
+            if len(pending) >= 2 * workers:
+                smiles, result = pending.popleft()
+                yield smiles, _from_worker(result.get())
+        while pending:
+            smiles, result = pending.popleft()
+            yield smiles, _from_worker(result.get())
+
+
+def _from_worker(result: tuple) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    mean, std, errors = result
+    return torch.from_numpy(mean), torch.from_numpy(std), errors
+
+
 def _cell(value: float) -> str:
     return "" if value != value else f"{value:.8g}"  # NaN -> empty cell
 
 
 def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: str | Path,
-                output: str | Path, smiles_column: str, chunk_rows: int = CHUNK_ROWS) -> dict:
+                output: str | Path, smiles_column: str, chunk_rows: int = CHUNK_ROWS,
+                workers: int = 1) -> dict:
     """Stream ``data`` through the models into ``output``, ``chunk_rows`` rows at a time.
 
     The output has the columns ``smiles_column``, one per target, ``<target>_std``
     per target when there are several models, and ``error``; one row per input row,
     in order. It is written to a temporary file that replaces ``output`` at the end.
+    Memory holds a few chunks at a time, whatever the size of ``data``.
+
+    Args:
+        workers: processes featurising and predicting chunks in parallel (1: this one);
+            the output is the same for any number.
 
     Returns:
         ``{"rows": ..., "errors": ...}`` counts.
 
     Raises:
         FileNotFoundError: naming ``--data``.
-        ValueError: if the SMILES column is missing (listing the columns present).
+        ValueError: if the SMILES column is missing (listing the columns present), or
+            a line of ``data`` is not readable CSV (naming it).
     """
     data, output = Path(data), Path(output)
     if not data.is_file():
@@ -321,30 +387,43 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
     with open(data, encoding="utf-8", newline="") as src, \
             atomic_open(output, "w", encoding="utf-8", newline="") as dst:
         reader = csv.reader(src)
-        header = next(reader, [])
+        try:
+            header = next(reader, [])
+        except csv.Error as err:
+            raise ValueError(f"{data.name}: line 1: unreadable CSV header ({err})") from None
         if smiles_column not in header:
             raise ValueError(f"{data.name}: missing column {smiles_column!r}; columns "
                              f"present: {header}")
         col = header.index(smiles_column)
         writer = csv.writer(dst)
         writer.writerow(header_out)
-        for chunk in _read_chunks(reader, chunk_rows):
-            smiles = [record[col] if col < len(record) else "" for record in chunk]
-            mean, std, messages = _predict_chunk(models, smiles, rows, data.name)
+        tasks = _chunk_tasks(_read_chunks(reader, chunk_rows, data.name), col)
+        for smiles, (mean, std, messages) in _predict_stream(models, tasks, data.name, workers):
             for m, text in enumerate(smiles):
                 cells = [text, *(_cell(v) for v in mean[m].tolist())]
                 if len(models) > 1:
                     cells += [_cell(v) for v in std[m].tolist()]
                 writer.writerow([*cells, messages[m]])
-            rows += len(chunk)
+            rows += len(smiles)
             errors += sum(1 for message in messages if message)
     return {"rows": rows, "errors": errors}
 
 
+def _chunk_tasks(chunks: Iterable[list[list[str]]], col: int) -> Iterator[tuple[int, list[str]]]:
+    """(first data row, SMILES of the chunk) per chunk; a short record gives ""."""
+    first_row = 0
+    for chunk in chunks:
+        yield first_row, [record[col] if col < len(record) else "" for record in chunk]
+        first_row += len(chunk)
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ValueError(f"argument --workers: must be >= 1, got {args.workers}")
     models, meta = load_run(args.model)
     smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
-    counts = predict_csv(models, meta["target_columns"], args.data, args.output, smiles_column)
+    counts = predict_csv(models, meta["target_columns"], args.data, args.output, smiles_column,
+                         workers=args.workers)
     print(f"wrote {counts['rows']} rows to {args.output} ({len(models)} model(s); "
           f"{counts['errors']} invalid SMILES with empty predictions)")
     return 0

@@ -85,6 +85,34 @@ def test_chunks_give_the_same_file(ensemble, tmp_path):
                     float(ra[col]) == pytest.approx(float(rb[col]), rel=1e-5, abs=1e-6)
 
 
+def test_workers_give_the_same_file(ensemble, tmp_path, capsys):
+    """3 worker processes on 11 chunks of 4 rows write the file one process writes."""
+    models, meta = st.load_run(ensemble)
+    one, three = tmp_path / "one.csv", tmp_path / "three.csv"
+    cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, one, "smiles", chunk_rows=4)
+    counts = cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, three, "smiles",
+                             chunk_rows=4, workers=3)
+    assert counts == {"rows": 41, "errors": 5}
+    assert three.read_bytes() == one.read_bytes()
+    status, out, _ = run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
+                          "--output", tmp_path / "cli.csv", "--workers", "2"], capsys)
+    assert status == 0 and "wrote 41 rows" in out
+    assert [r["smiles"] for r in read_csv(tmp_path / "cli.csv")] == \
+        [r["smiles"] for r in read_csv(one)]
+
+
+def test_bad_workers_and_unreadable_csv_are_named(ensemble, tmp_path, capsys):
+    status, _, err = run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
+                          "--output", tmp_path / "p.csv", "--workers", "0"], capsys)
+    assert status == 2 and "argument --workers: must be >= 1, got 0" in err
+    data = tmp_path / "huge.csv"
+    data.write_text("smiles\nCCO\nCC\n" + "C" * 200_000 + "\n")
+    status, _, err = run(["predict", "--model", ensemble, "--data", data,
+                          "--output", tmp_path / "p.csv"], capsys)
+    assert status == 2 and "huge.csv: line 4: unreadable CSV" in err
+    assert not (tmp_path / "p.csv").exists()
+
+
 def test_single_model_checkpoint_and_smiles_column(ensemble, tmp_path, capsys):
     data = tmp_path / "in.csv"
     data.write_text("id,mol\n1,CCO\n2,\n3,c1ccccc1\n")
