@@ -10,7 +10,12 @@ Rows whose SMILES RDKit cannot parse are dropped first (chemprop stops at the fi
 such row; Tox21 has 8). Both test metrics are computed by the same code
 (``setattn.train.evaluate``) from each tool's test predictions. Wall time is the whole
 ``train`` command (featurisation, training, evaluation), measured here, one run after
-another, both limited to the same number of CPU threads (``--threads``, default 1, which
+another; training throughput is training molecules x epochs run / training seconds,
+where training seconds are the epochs' time (training steps plus the per-epoch validation
+and checkpoints): setattn's ``train_seconds`` from ``metrics.json``, and for chemprop the
+time spent in Lightning's ``Trainer.fit``, read by a wrapper (``CHEMPROP_TIMED``) that
+times that call and otherwise runs chemprop's own command line unchanged. Both tools run
+one after another, both limited to the same number of CPU threads (``--threads``, default 1, which
 is setattn's default: on a shared 2-core machine two threads per process slowed both
 tools several-fold). chemprop is installed on first use into ``benchmarks/.venv-chemprop`` with
 ``pip install torch==2.13.0 chemprop==2.3.1``.
@@ -60,6 +65,29 @@ def ensure_chemprop() -> Path:
     return exe
 
 
+# Runs chemprop's command line, timing Trainer.fit (training epochs with their validation)
+# and counting the epochs it ran; writes {"fit_seconds", "epochs"} to $CHEMPROP_FIT_JSON.
+CHEMPROP_TIMED = """
+import json, os, sys, time
+import lightning.pytorch as pl
+from chemprop.cli.main import main
+
+_fit = pl.Trainer.fit
+
+def timed_fit(self, *args, **kwargs):
+    start = time.perf_counter()
+    out = _fit(self, *args, **kwargs)
+    with open(os.environ["CHEMPROP_FIT_JSON"], "w") as f:
+        json.dump({"fit_seconds": time.perf_counter() - start,
+                   "epochs": self.current_epoch}, f)
+    return out
+
+pl.Trainer.fit = timed_fit
+sys.argv[0] = "chemprop"
+sys.exit(main())
+"""
+
+
 def clean_csv(name: str, seeds: list[int], out: Path) -> tuple[Path, list[str], np.ndarray]:
     """Write the parsable rows of a data set with one split column per seed.
 
@@ -92,8 +120,9 @@ def clean_csv(name: str, seeds: list[int], out: Path) -> tuple[Path, list[str], 
     return path, [r["smiles"] for r in rows], y
 
 
-def _timed(cmd: list[str], log: Path, threads: int) -> float:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+def _timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               **env_extra)
     t0 = time.perf_counter()
     with open(log, "w") as f:
         res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -103,8 +132,8 @@ def _timed(cmd: list[str], log: Path, threads: int) -> float:
     return seconds
 
 
-def run_setattn(name: str, data: Path, seed: int, out: Path, threads: int) -> tuple[float, float]:
-    """Train with setattn's defaults; returns (test metric, wall seconds)."""
+def run_setattn(name: str, data: Path, seed: int, out: Path, threads: int) -> dict:
+    """Train with setattn's defaults; returns the test metric, wall seconds, throughput."""
     _, targets, task, metric = DATASETS[name]
     run_dir = out / name / f"setattn_seed{seed}"
     cmd = [str(Path(sys.executable).parent / "setattn"), "train", "--data", str(data),
@@ -113,20 +142,26 @@ def run_setattn(name: str, data: Path, seed: int, out: Path, threads: int) -> tu
            "--output-dir", str(run_dir), "--num-threads", str(threads)]
     seconds = _timed(cmd, out / name / f"setattn_seed{seed}.log", threads)
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return float(metrics["test"][metric]), seconds
+    epochs = sum(m["epochs_run"] for m in metrics["models"])
+    return {"metric": float(metrics["test"][metric]), "seconds": seconds,
+            "mol_per_s": metrics["split"]["train"] * epochs / metrics["train_seconds"]}
 
 
 def run_chemprop(name: str, data: Path, smiles: list[str], y: np.ndarray, seed: int,
-                 out: Path, threads: int) -> tuple[float, float]:
-    """Train chemprop with its defaults on the same split; returns (test metric, seconds)."""
+                 out: Path, threads: int) -> dict:
+    """Train chemprop with its defaults on the same split; returns as ``run_setattn``."""
     _, targets, task, metric = DATASETS[name]
     run_dir = out / name / f"chemprop_seed{seed}"
-    cmd = [str(ensure_chemprop()), "train", "--data-path", str(data),
+    python = ensure_chemprop().parent / "python"
+    timing = out / name / f"chemprop_seed{seed}_fit.json"
+    cmd = [str(python), "-c", CHEMPROP_TIMED, "train", "--data-path", str(data),
            "--smiles-columns", "smiles", "--target-columns", *targets, "--task-type", task,
            "--splits-column", f"split{seed}", "--output-dir", str(run_dir),
            "--pytorch-seed", str(seed), "--data-seed", str(seed)]
-    seconds = _timed(cmd, out / name / f"chemprop_seed{seed}.log", threads)
-    _, _, test = splits.random(len(smiles), SIZES, seed)
+    seconds = _timed(cmd, out / name / f"chemprop_seed{seed}.log", threads,
+                     CHEMPROP_FIT_JSON=str(timing))
+    fit = json.loads(timing.read_text())
+    train, _, test = splits.random(len(smiles), SIZES, seed)
     test = sorted(test)  # chemprop keeps file order within the split column's test rows
     with open(run_dir / "model_0" / "test_predictions.csv", newline="") as f:
         pred_rows = list(csv.DictReader(f))
@@ -134,7 +169,8 @@ def run_chemprop(name: str, data: Path, smiles: list[str], y: np.ndarray, seed: 
         raise RuntimeError(f"chemprop's test rows differ from the split in {data}")
     p = torch.tensor([[float(r[t]) for t in targets] for r in pred_rows])  # (M, T)
     result = evaluate(torch.tensor(y[test], dtype=torch.float32), p, task, targets)
-    return float(result[metric]), seconds
+    return {"metric": float(result[metric]), "seconds": seconds,
+            "mol_per_s": len(train) * fit["epochs"] / fit["fit_seconds"]}
 
 
 def _mean_std(values: list[float]) -> str:
@@ -152,35 +188,45 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
     args = parser.parse_args()
 
+    nan = {"metric": float("nan"), "seconds": float("nan"), "mol_per_s": float("nan")}
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", file=sys.stderr)
     results = []
     for name in args.datasets:
         data, smiles, y = clean_csv(name, args.seeds, args.out)
         metric = DATASETS[name][3]
         for seed in args.seeds:
-            ours, ours_s = run_setattn(name, data, seed, args.out, args.threads)
-            theirs, theirs_s = (float("nan"), float("nan")) if args.skip_chemprop else \
+            ours = run_setattn(name, data, seed, args.out, args.threads)
+            theirs = nan if args.skip_chemprop else \
                 run_chemprop(name, data, smiles, y, seed, args.out, args.threads)
             results.append({"dataset": name, "metric": metric, "seed": seed,
-                            "setattn": ours, "setattn_s": ours_s,
-                            "chemprop": theirs, "chemprop_s": theirs_s})
-            print(f"{name} seed {seed}: setattn {metric} {ours:.3f} ({ours_s:.0f} s), "
-                  f"chemprop {theirs:.3f} ({theirs_s:.0f} s)", file=sys.stderr, flush=True)
+                            "setattn": ours, "chemprop": theirs})
+            print(f"{name} seed {seed}: setattn {metric} {ours['metric']:.3f} "
+                  f"({ours['seconds']:.0f} s, {ours['mol_per_s']:.0f} mol/s), chemprop "
+                  f"{theirs['metric']:.3f} ({theirs['seconds']:.0f} s, "
+                  f"{theirs['mol_per_s']:.0f} mol/s)", file=sys.stderr, flush=True)
             done = [r for r in results if r["dataset"] == name]
             (args.out / name / "results.json").write_text(json.dumps(done, indent=2))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", file=sys.stderr)
 
     header = ["data set", "metric", "seeds", "setattn", "chemprop 2.3.1", "setattn s/run",
-              "chemprop s/run", "time ratio"]
+              "chemprop s/run", "time ratio", "setattn train mol/s", "chemprop train mol/s",
+              "throughput ratio"]
     print("  |  ".join(header))
     for name in args.datasets:
         rs = [r for r in results if r["dataset"] == name]
-        ours_s = statistics.mean(r["setattn_s"] for r in rs)
-        theirs_s = statistics.mean(r["chemprop_s"] for r in rs)
+
+        def mean(tool: str, key: str, rs: list[dict] = rs) -> float:
+            return statistics.mean(r[tool][key] for r in rs)
+
         print("  |  ".join([
             name, rs[0]["metric"], " ".join(str(r["seed"]) for r in rs),
-            _mean_std([r["setattn"] for r in rs]), _mean_std([r["chemprop"] for r in rs]),
-            f"{ours_s:.0f}", f"{theirs_s:.0f}", f"{theirs_s / ours_s:.2f}x faster",
+            _mean_std([r["setattn"]["metric"] for r in rs]),
+            _mean_std([r["chemprop"]["metric"] for r in rs]),
+            f"{mean('setattn', 'seconds'):.0f}", f"{mean('chemprop', 'seconds'):.0f}",
+            f"{mean('chemprop', 'seconds') / mean('setattn', 'seconds'):.2f}x faster",
+            f"{mean('setattn', 'mol_per_s'):.0f}", f"{mean('chemprop', 'mol_per_s'):.0f}",
+            f"{mean('setattn', 'mol_per_s') / mean('chemprop', 'mol_per_s'):.2f}x",
         ]))
-
 
 if __name__ == "__main__":
     main()

@@ -49,9 +49,9 @@ from torch_geometric.loader import DataLoader
 from tqdm import tqdm
 
 from setattn import distributed, splits
-from setattn.data import load_molecule_csv
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
+from setattn.moldata import featurize_csv
 
 __all__ = [
     "FORMAT",
@@ -961,9 +961,11 @@ def run_training(
     log = log if main else _quiet
     run.validate()
     source = Path(run.data).name
-    molecules = load_molecule_csv(run.data, run.smiles_column, run.target_columns)
+    # cached per CSV content and settings, featurised by a process pool for large sets
+    molecules = featurize_csv(run.data, run.smiles_column, run.target_columns,
+                              run.model.descriptor_dim)
     report_failures(molecules.failures, source, run.strict, log)
-    data = [add_descriptors(d, run.model.descriptor_dim) for d in molecules.data]
+    data = molecules.data
     if not data:
         raise ValueError(f"{source}: no valid molecule to train on")
     _check_labels(data, run)

@@ -11,3 +11,17 @@ def _seed():
     """Every test starts from the same random state, whatever ran before it."""
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _feature_cache(tmp_path_factory):
+    """``setattn train`` caches featurised CSVs; tests keep that cache in a temporary folder."""
+    import os
+
+    old = os.environ.get("SETATTN_CACHE_DIR")
+    os.environ["SETATTN_CACHE_DIR"] = str(tmp_path_factory.mktemp("feature_cache"))
+    yield
+    if old is None:
+        os.environ.pop("SETATTN_CACHE_DIR", None)
+    else:
+        os.environ["SETATTN_CACHE_DIR"] = old

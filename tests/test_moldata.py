@@ -1,0 +1,129 @@
+"""Cached, parallel featurisation and fast batching give what the plain path gives.
+
+References: ``load_molecule_csv`` + ``add_descriptors`` for ``featurize_csv`` (every field
+of every molecule, and the failures), PyG's ``Batch.from_data_list`` for
+``collate_molecules``.
+"""
+
+import math
+
+import pytest
+import torch
+from torch_geometric.data import Batch
+
+from setattn.data import load_molecule_csv
+from setattn.moldata import cache_dir, collate_molecules, featurize_csv
+from setattn.train import add_descriptors, descriptor_count
+
+ROWS = ["CCO,1.5,0", "C1CC,2,1", ",,1", "c1ccccc1,,0", "CC(=O)[O-].[Na+],0.25,1",
+        "C,3,0", "N#Cc1ccc(cc1)/C=C/Cl,-1,", "C[C@H](N)C(=O)O,0.5,1"]
+
+
+def _write(path, rows=ROWS):
+    path.write_text("smiles,logp,active\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _same(a, b):
+    """Field-by-field equality of two lists of molecules (NaN equals NaN)."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert sorted(x.keys()) == sorted(y.keys())
+        for key in x.keys():
+            u, v = x[key], y[key]
+            if isinstance(u, torch.Tensor):
+                assert u.dtype == v.dtype and u.shape == v.shape, key
+                assert torch.equal(u.nan_to_num(7.0), v.nan_to_num(7.0)), key
+            else:
+                assert u == v, key
+
+
+@pytest.mark.parametrize("descriptors", [False, True])
+def test_featurize_csv_equals_plain_path_and_cache(tmp_path, monkeypatch, descriptors):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path / "cache"))
+    path = _write(tmp_path / "mols.csv")
+    dim = descriptor_count() if descriptors else 0
+    ref = load_molecule_csv(path, "smiles", ["logp", "active"])
+    ref_data = [add_descriptors(d, dim) for d in ref.data]
+    first = featurize_csv(path, "smiles", ["logp", "active"], dim)
+    assert len(list(cache_dir().glob("*.pt"))) == 1
+    again = featurize_csv(path, "smiles", ["logp", "active"], dim)
+    for got in (first, again):
+        _same(got.data, ref_data)
+        assert [str(e) for e in got.failures] == [str(e) for e in ref.failures]
+        assert [(e.row, e.smiles, e.reason) for e in got.failures] == \
+            [(e.row, e.smiles, e.reason) for e in ref.failures]
+    assert math.isnan(again.data[1].y[0, 0].item())  # benzene's missing logp
+
+
+def test_cache_is_read_back_not_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path / "cache"))
+    path = _write(tmp_path / "mols.csv")
+    featurize_csv(path, "smiles", "logp")
+    (entry,) = cache_dir().glob("*.pt")
+    packed = torch.load(entry, weights_only=True)  # plain tensors, lists and strings
+    packed["x"] = packed["x"] + 1.0  # a marker only a read of the cache can return
+    torch.save(packed, entry)
+    assert torch.equal(featurize_csv(path, "smiles", "logp").data[0].x,
+                       load_molecule_csv(path, "smiles", "logp").data[0].x + 1.0)
+
+
+def test_cache_invalidated_by_content_and_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path / "cache"))
+    path = _write(tmp_path / "mols.csv")
+    assert [d.smiles for d in featurize_csv(path, "smiles", "logp").data][0] == "CCO"
+    _write(path, ["CCN,9,0", *ROWS[1:]])  # same path, other bytes
+    changed = featurize_csv(path, "smiles", "logp")
+    assert changed.data[0].smiles == "CCN" and changed.data[0].y.item() == 9.0
+    other = featurize_csv(path, "smiles", ["active"])  # other columns: its own entry
+    assert other.data[0].y.item() == 0.0
+    assert len(list(cache_dir().glob("*.pt"))) == 2
+
+
+def test_cache_off_and_corrupt_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path / "cache"))
+    path = _write(tmp_path / "mols.csv")
+    featurize_csv(path, "smiles", "logp")
+    (entry,) = cache_dir().glob("*.pt")
+    entry.write_bytes(b"not a torch file")
+    _same(featurize_csv(path, "smiles", "logp").data,
+          load_molecule_csv(path, "smiles", "logp").data)  # refeaturised and rewritten
+    assert torch.load(entry, weights_only=True)["smiles"][0] == "CCO"
+    monkeypatch.setenv("SETATTN_CACHE_DIR", "off")
+    assert cache_dir() is None
+    assert len(featurize_csv(path, "smiles", "logp").data) == 6
+
+
+def test_process_pool_keeps_file_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", "off")
+    monkeypatch.setenv("SETATTN_FEATURIZE_WORKERS", "2")
+    monkeypatch.setattr("setattn.moldata._CHUNK", 3)  # several chunks per worker
+    path = _write(tmp_path / "mols.csv", ROWS * 3)
+    got = featurize_csv(path, "smiles", ["logp", "active"])
+    ref = load_molecule_csv(path, "smiles", ["logp", "active"])
+    _same(got.data, ref.data)
+    assert [e.row for e in got.failures] == [e.row for e in ref.failures] == [1, 2, 9, 10, 17, 18]
+
+
+def test_featurize_csv_bad_input_named(tmp_path):
+    path = _write(tmp_path / "mols.csv", ["CCO,1.5,0", "CCN,high,1"])
+    with pytest.raises(ValueError, match=r"row 1, column 'logp'.*'high'"):
+        featurize_csv(path, "smiles", "logp")
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['logP'\]"):
+        featurize_csv(path, "smiles", "logP")
+    with pytest.raises(FileNotFoundError, match="nope.csv"):
+        featurize_csv(tmp_path / "nope.csv", "smiles", "logp")
+
+
+def test_collate_molecules_equals_pyg_batch(tmp_path):
+    path = _write(tmp_path / "mols.csv")
+    data = featurize_csv(path, "smiles", ["logp", "active"], descriptor_count()).data
+    ours, ref = collate_molecules(data), Batch.from_data_list(data)
+    assert sorted(ours.keys()) == sorted(ref.keys())
+    assert ours.num_graphs == ref.num_graphs == len(data)
+    for key in ref.keys():
+        if isinstance(ref[key], torch.Tensor):
+            assert ours[key].dtype == ref[key].dtype
+            assert torch.equal(ours[key].nan_to_num(7.0), ref[key].nan_to_num(7.0)), key
+        else:
+            assert ours[key] == ref[key], key
