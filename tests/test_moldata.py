@@ -12,7 +12,7 @@ import torch
 from torch_geometric.data import Batch
 
 from setattn.data import load_molecule_csv
-from setattn.moldata import cache_dir, collate_molecules, featurize_csv
+from setattn.moldata import PackedMolecules, cache_dir, collate_molecules, featurize_csv
 from setattn.train import add_descriptors, descriptor_count
 
 ROWS = ["CCO,1.5,0", "C1CC,2,1", ",,1", "c1ccccc1,,0", "CC(=O)[O-].[Na+],0.25,1",
@@ -127,3 +127,19 @@ def test_collate_molecules_equals_pyg_batch(tmp_path):
             assert torch.equal(ours[key].nan_to_num(7.0), ref[key].nan_to_num(7.0)), key
         else:
             assert ours[key] == ref[key], key
+
+
+def test_packed_molecules_batches_equal_pyg_batch(tmp_path):
+    path = _write(tmp_path / "mols.csv")
+    data = featurize_csv(path, "smiles", ["logp", "active"], descriptor_count()).data
+    packed = PackedMolecules(data)
+    assert len(packed) == len(data)
+    for indices in ([3, 0, 5], [4], list(range(len(data)))[::-1]):
+        ours, ref = packed.batch(indices), Batch.from_data_list([data[i] for i in indices])
+        assert sorted(ours.keys()) == sorted(ref.keys()) and ours.num_graphs == len(indices)
+        for key in ref.keys():
+            if isinstance(ref[key], torch.Tensor):
+                assert ours[key].dtype == ref[key].dtype
+                assert torch.equal(ours[key].nan_to_num(7.0), ref[key].nan_to_num(7.0)), key
+            else:
+                assert ours[key] == ref[key], key
