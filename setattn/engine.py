@@ -11,8 +11,9 @@ Two paths compute this and give the same numbers:
 * dense (complete, bipartite, window topologies): sets are grouped into buckets of
   similar size and padded within a bucket, so logits are (B, H, Lq, Lk) blocks;
   dot-type scores go to ``scaled_dot_product_attention``. Windows gather their
-  2r + 1 neighbours into (N, W) blocks. No all-pairs edge list is built unless
-  weights are asked for.
+  2r + 1 neighbours into (N, W) blocks (compiled and accelerator runs; eager CPU runs
+  give windows to the sparse path, whose CSR kernels are faster there). No all-pairs
+  edge list is built unless weights are asked for.
 * sparse (edge lists): logits per edge, a max-shifted softmax per target node
   (segment softmax) and a segment sum of the weighted values. On the CPU the sum (and
   dot-type logits) run as CSR sparse-dense products with their own backward, so only
@@ -466,7 +467,19 @@ def _scatter_to_slots(t: Tensor | None, valid: Tensor) -> Tensor | None:
     return out
 
 
+def _window_edges(top: Window) -> Edges:
+    """The window's pairs as an edge list in its canonical order, cached on the topology."""
+    if "edges" not in top._cache:
+        top._cache["edges"] = Edges(top.edge_index(), num_q=top.num_q, num_kv=top.num_kv)
+    return top._cache["edges"]
+
+
 def _attend_window(q, k, v, top: Window, score, bias, mask, edge_attr, p, top_k):
+    if _use_csr(v):
+        # On the CPU the sparse path's CSR kernels beat the gathered (N, W, H, D) blocks
+        # 4-8x (benchmarks/scaling.py): the same pairs, the same canonical edge order.
+        return _attend_edges(q, k, v, _window_edges(top), score, bias, mask, edge_attr, p,
+                             top_k)
     index, valid = top.neighbours()  # (N, W), (N, W)
     pq, pk = _prepare(score, q, k)
     kg = pk[index]  # (N, W, H, A)
