@@ -54,7 +54,8 @@ def test_documents_quick_mr(tmp_path):
     _check_pictures(tmp_path, metrics)
 
 
-def test_documents_any_csv(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--no-ratios"]])
+def test_documents_any_csv(tmp_path, extra):
     # in-process, on a small CSV of our own with string labels and a cross-validation
     data = tmp_path / "reviews.csv"
     with data.open("w", newline="") as handle:
@@ -67,8 +68,9 @@ def test_documents_any_csv(tmp_path):
             writer.writerow([" ".join(words), "good" if good else "bad"])
     out = tmp_path / "out"
     metrics = _module().main(["--data", str(data), "--text-column", "review",
-                              "--label-column", "verdict", "--folds", "3", "--epochs", "2", "--ensemble", "1",
-                              "--dim", "16", "--heads", "2", "--out", str(out)])
+                              "--label-column", "verdict", "--folds", "3", "--epochs", "2",
+                              "--ensemble", "1", "--dim", "16", "--heads", "2", "--out", str(out),
+                              *extra])
     assert metrics["classes"] == ["bad", "good"]
     assert metrics["protocol"] == "3-fold cross-validation" and len(metrics["folds"]) == 3
     assert sum(f["test"] for f in metrics["folds"]) == 60
