@@ -6,7 +6,10 @@ which reports the growth of its peak resident set size (VmHWM, reset through
 ``/proc/self/clear_refs`` just before the pass, so that neither setup nor the parent
 process image counts) over its resident size just before the measured forward+backward.
 That counts everything the run allocates (activations, gradients, temporaries), the CPU analogue of
-``torch.cuda.max_memory_allocated`` deltas.
+``torch.cuda.max_memory_allocated`` deltas. The subprocess runs with glibc's mmap threshold
+fixed at 64 kB (``MALLOC_MMAP_THRESHOLD_``): by default glibc raises the threshold after the
+warm-up pass frees its large buffers, keeps later ones in its heap and reuses them, and the
+measured pass then shows almost no growth.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def peak_mb_here(fn: Callable[[], object]) -> float:
 def peak_mb_subprocess(script: str, case: str, extra: list[str] | None = None) -> float:
     """Run ``python script --memory case`` and read the MB figure it prints as JSON."""
     cmd = [sys.executable, script, "--memory", case, *(extra or [])]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # buffers >= 64 kB: own mappings
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return float(json.loads(out.strip().splitlines()[-1])["peak_mb"])
 
 

@@ -1,0 +1,145 @@
+"""Scaling curves: attention time and memory against set size for three topologies.
+
+Run:  .venv/bin/python benchmarks/scaling.py --threads 1
+      (writes benchmarks/results/scaling.png and prints the table)
+
+One set of N items, 4 heads x 16, q = k = v leaves, ``setattn.attend`` forward +
+backward (loss = sum of the output), for
+
+  complete  every item attends to every item: N^2 edges, dense blocks (SDPA);
+  window    items within radius r = 8 of each other: N (2r + 1) edges, gathered windows;
+  sparse    a random graph with 16 incoming edges per item: 16 N edges, CSR kernels.
+
+Time is the median of several passes after a warm-up pass; memory is the peak RSS growth
+of one pass in a fresh subprocess (see benchmarks/util.py). The plot puts both on log-log
+axes with N and N^2 guide lines: complete attention's time grows as N^2 and the other two
+linearly; the memory of all three grows linearly, because the dense path never holds the
+(N, N) matrix (SDPA's CPU kernel works in tiles) and the sparse path keeps only the
+(E, H) weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from util import peak_mb_here, peak_mb_subprocess, print_table, time_it  # noqa: E402
+
+import setattn  # noqa: E402
+
+HEADS, HEAD_DIM = 4, 16
+RADIUS = 8
+DEGREE = 16
+SIZES = [256, 512, 1024, 2048, 4096, 8192, 16384]
+TOPOLOGIES = ("complete", "window", "sparse")
+OUT = Path(__file__).resolve().parent / "results" / "scaling.png"
+
+
+def num_edges(kind: str, n: int) -> int:
+    """Edges of the topology on one set of n items (window: clipped at the ends)."""
+    if kind == "complete":
+        return n * n
+    if kind == "window":
+        return sum(min(i + RADIUS, n - 1) - max(i - RADIUS, 0) + 1 for i in range(n))
+    return DEGREE * n
+
+
+def topology(kind: str, n: int):
+    ptr = setattn.topology.ptr_from_sizes([n])
+    if kind == "complete":
+        return setattn.complete(ptr)
+    if kind == "window":
+        return setattn.window(ptr, RADIUS)
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(0, n, (DEGREE * n,), generator=g)  # (E,)
+    dst = torch.arange(n).repeat_interleave(DEGREE)  # (E,) DEGREE incoming edges each
+    return setattn.edges(torch.stack([src, dst]), n)
+
+
+def build(case: str):
+    """A closure running forward + backward for ``case`` = "KIND:N"."""
+    kind, n = case.split(":")
+    n = int(n)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(n, HEADS, HEAD_DIM, generator=g).requires_grad_() for _ in range(3))
+    top = topology(kind, n)
+    return lambda: setattn.attend(q, k, v, top).sum().backward()
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "ms", "forward + backward (ms)"),
+                           (axes[1], "mb", "peak memory growth (MB)")):
+        for kind, marker in zip(TOPOLOGIES, "osd"):
+            pts = [(r["n"], r[key]) for r in rows if r["kind"] == kind and r[key] > 0]
+            if pts:
+                ax.plot(*zip(*pts), marker=marker, label=kind)
+        ns = sorted({r["n"] for r in rows})
+        ref = [r[key] for r in rows if r["kind"] == "window" and r["n"] == ns[0] and r[key] > 0]
+        if ref:  # guide lines through the window curve's first point
+            ax.plot(ns, [ref[0] * n / ns[0] for n in ns], "k:", lw=1, label="~ N")
+            ax.plot(ns, [ref[0] * (n / ns[0]) ** 2 for n in ns], "k--", lw=1, label="~ N^2")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("set size N (items)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(f"setattn.attend, one set, {HEADS} heads x {HEAD_DIM}, {torch.get_num_threads()}"
+                 f" thread(s): complete (N^2 edges), window r={RADIUS} (N(2r+1)), "
+                 f"sparse ({DEGREE}N)", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memory", metavar="CASE", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory runs")
+    parser.add_argument("--out", type=Path, default=OUT, help="the PNG to write")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.memory:
+        fn = build(args.memory)
+        fn()  # warm-up: kernels and the topology's cached layouts
+        print(json.dumps({"peak_mb": peak_mb_here(fn)}))
+        return
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    rows = []
+    for n in args.sizes:
+        for kind in TOPOLOGIES:
+            case = f"{kind}:{n}"
+            seconds = time_it(build(case), repeats=args.repeats, warmup=1)
+            mb = float("nan") if args.no_memory else peak_mb_subprocess(
+                __file__, case, ["--threads", str(args.threads)])
+            rows.append({"kind": kind, "n": n, "edges": num_edges(kind, n),
+                         "ms": seconds * 1e3, "mb": mb})
+            print(f"  {case}: {seconds * 1e3:.1f} ms, {mb:.1f} MB", file=sys.stderr, flush=True)
+    print_table(["topology", "N", "edges", "fwd+bwd ms", "ns per edge", "peak MB"],
+                [[r["kind"], r["n"], f"{r['edges']:,}", f"{r['ms']:.1f}",
+                  f"{r['ms'] * 1e6 / r['edges']:.1f}", f"{r['mb']:.1f}"] for r in rows])
+    plot(rows, args.out)
+    print(f"plot: {args.out}; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
