@@ -3,9 +3,11 @@
 Run:  .venv/bin/python benchmarks/engine.py
 
 Every row is forward + backward, median of several runs, all measured in this one run
-on this machine; peak memory is the peak RSS growth of the same forward + backward
-in a fresh subprocess (see benchmarks/util.py). Ratios > 1 mean setattn is faster
-(time) or lighter (memory) than the anchor.
+on this machine, setattn and its anchor in interleaved rounds (one pass of each per
+round) so that the drifting load of a shared machine hits both alike; peak memory is
+the peak RSS growth of the same forward + backward in a fresh subprocess (see
+benchmarks/util.py). Ratios > 1 mean setattn is faster (time) or lighter (memory) than
+the anchor.
 
 Cases:
   complete   64 sets x 128 items, d 64 = 4 heads x 16: attend on complete(ptr) vs raw
@@ -31,9 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +41,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from util import peak_mb_here, peak_mb_subprocess, print_table, time_it  # noqa: E402
+from util import (  # noqa: E402
+    interleaved_seconds,
+    peak_mb_here,
+    peak_mb_subprocess,
+    print_table,
+)
 
 import setattn  # noqa: E402
 from setattn import scores  # noqa: E402
@@ -231,20 +236,6 @@ COMPARISONS = [
 ]
 
 
-def _interleaved(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each case over ``repeats`` rounds of one run per case (after a
-    warm-up round), so that a shared machine's drifting load hits all cases alike."""
-    for fn in cases.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
     def run():
         with torch.no_grad():
@@ -254,11 +245,11 @@ def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
 
 def matmul_table(repeats: int) -> None:
     """Achieved GFLOP/s of the d64 case against torch.mm's rate, all measured now."""
-    cases = {"matmul": _matmul_case()}
+    cases: dict[str, Callable[[], object]] = {"matmul": _matmul_case()}
     for label, build in (("attend", case_d64_attend), ("SDPA", case_d64_sdpa)):
         cases[f"{label} fwd"] = _no_grad(build(backward=False))
         cases[f"{label} fwd+bwd"] = build(backward=True)
-    sec = _interleaved(cases, max(repeats, 5))
+    sec = interleaved_seconds(cases, max(repeats, 5))
     mm = 2.0 * MATMUL_N**3 / sec.pop("matmul") / 1e9
     rows = []
     for name, s in sec.items():
@@ -293,13 +284,14 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     seconds, mem = {}, {}
-    for name, build in CASES.items():
-        repeats = 2 if "transformerconv" in name else args.repeats
-        seconds[name] = time_it(build(), repeats=repeats, warmup=1)
-        mem[name] = float("nan") if args.no_memory else \
-            peak_mb_subprocess(__file__, name, ["--threads", str(args.threads)])
-        print(f"  measured {name}: {seconds[name] * 1e3:.1f} ms, {mem[name]:.0f} MB",
-              file=sys.stderr)
+    for _, ours, anchor in COMPARISONS:  # each pair timed in interleaved rounds
+        repeats = 2 if "transformerconv" in anchor else args.repeats
+        seconds.update(interleaved_seconds({ours: CASES[ours](), anchor: CASES[anchor]()}, repeats))
+        for name in (ours, anchor):
+            mem[name] = float("nan") if args.no_memory else \
+                peak_mb_subprocess(__file__, name, ["--threads", str(args.threads)])
+            print(f"  measured {name}: {seconds[name] * 1e3:.1f} ms, {mem[name]:.0f} MB",
+                  file=sys.stderr)
     rows = []
     for label, ours, anchor in COMPARISONS:
         rows.append([label, f"{seconds[ours] * 1e3:.1f}", f"{seconds[anchor] * 1e3:.1f}",

@@ -5,11 +5,14 @@ added by both layers), 32 input features, 4 heads x 16 channels, concat. The set
 layer is ``GATConv.from_pyg(pyg_layer)``, so both compute the same function (the
 script checks the outputs agree).
 
-Each layer is measured in its own fresh subprocess:
+Measurements:
 
 * time: median wall time of ``--repeats`` forward+backward passes (loss = sum of
-  squares of the output, gradients for all parameters) after one warm-up pass;
-* memory: growth of the process's peak resident set size (VmHWM) during the first
+  squares of the output, gradients for all parameters) after one warm-up pass, both
+  layers in this process in interleaved rounds (one pass of each per round), so that
+  the drifting load of a shared machine hits both alike;
+* first call and memory, each layer in its own fresh subprocess: the time of its first
+  pass, and the growth of the process's peak resident set size (VmHWM) during the first
   forward+backward over the resident size just before it. The peak is reset with
   ``/proc/self/clear_refs`` right before the pass, so allocations made while building
   the graph do not hide it. This counts everything the pass touches (activations,
@@ -30,11 +33,15 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch_geometric.nn as pyg_nn
 
-from setattn.nn import GATConv
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from util import interleaved_seconds  # noqa: E402
+
+from setattn.nn import GATConv  # noqa: E402
 
 
 def build(args: argparse.Namespace):
@@ -83,6 +90,15 @@ def measure(args: argparse.Namespace) -> dict:
             "peak_mb": peak_mb}
 
 
+def interleaved_layer_seconds(args: argparse.Namespace) -> dict[str, float]:
+    """Median fwd+bwd seconds of both layers, measured in alternating rounds."""
+    torch.set_num_threads(args.threads)
+    x, edge_index, layers = build(args)
+    cases = {name: (lambda layer=layer: step(layer, x, edge_index))
+             for name, layer in layers.items()}
+    return interleaved_seconds(cases, args.repeats)
+
+
 def profile(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     x, edge_index, layers = build(args)
@@ -128,14 +144,17 @@ def main() -> None:
           f"{args.threads} threads, torch {torch.__version__}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"max |setattn - pyg| on the forward output: {check_same(args):.2e}")
+    # the subprocesses measure the first call and memory; time is measured below
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-             if k in ("nodes", "edges", "in_channels", "heads", "channels", "repeats",
-                      "threads", "seed")]
+             if k in ("nodes", "edges", "in_channels", "heads", "channels", "threads", "seed")]
+    flags.append("--repeats=1")
     results = {}
     for case in ("pyg", "setattn"):
         cmd = [sys.executable, os.path.abspath(__file__), "--measure", f"--case={case}", *flags]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         results[case] = json.loads(out.strip().splitlines()[-1])
+    for case, seconds in interleaved_layer_seconds(args).items():
+        results[case]["seconds"] = seconds
     rows = [("PyG GATConv", results["pyg"]), ("setattn GATConv", results["setattn"])]
     print(f"\n{'layer':18s} {'fwd+bwd ms':>11s} {'first call ms':>14s} {'peak MB':>9s}")
     for name, r in rows:
@@ -146,9 +165,10 @@ def main() -> None:
     m_ratio = results["pyg"]["peak_mb"] / max(results["setattn"]["peak_mb"], 1e-9)
     print(f"{'ratio pyg/setattn':18s} {t_ratio:10.2f}x {f_ratio:13.2f}x {m_ratio:8.2f}x")
     print("fwd+bwd: median of repeated passes on the same edge_index after warm-up (as in "
-          "training); first call: the first pass, which also builds the sparse layouts; "
-          "one subprocess per layer. Memory: peak RSS growth (VmHWM reset via "
-          "/proc/self/clear_refs) during the first pass.")
+          "training), both layers in interleaved rounds in one process; first call: the "
+          "first pass, which also builds the sparse layouts, one subprocess per layer. "
+          "Memory: peak RSS growth (VmHWM reset via /proc/self/clear_refs) during that "
+          "first pass.")
     print(f"result: setattn GATConv is {t_ratio:.2f}x the speed of PyG's "
           f"(fwd+bwd) and uses {1 / m_ratio:.2f}x its peak memory "
           f"(target: >= 2x the speed at <= 0.5x the memory: "

@@ -35,6 +35,20 @@ def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> floa
     return statistics.median(times)
 
 
+def interleaved_seconds(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each case over ``repeats`` rounds of one run per case (after a
+    warm-up round), so that a shared machine's drifting load hits all cases alike."""
+    for fn in cases.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def _status_mb(field: str) -> float:
     """A memory field of /proc/self/status (VmRSS, VmHWM) in MB."""
     with open("/proc/self/status") as f:
