@@ -24,6 +24,8 @@ import multiprocessing
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import torch
@@ -49,8 +51,9 @@ __all__ = ["build_parser", "explain_molecule", "main", "predict_csv"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict`` (by
-one worker with ``--workers``). Measured with benchmarks/predict_scale.py: 10,000-row
-chunks held about 100 MB more per worker than 2,000-row chunks, at the same speed."""
+one worker with ``--workers``). Peak RSS of a worker in benchmarks/predict_scale.py
+(20,000 SMILES, 2 workers, this constant changed): 515 MB with 10,000-row chunks,
+442 MB with 2,000; batches of 256 inside a chunk keep the speed."""
 
 
 # ----------------------------------------------------------------------------
@@ -329,7 +332,8 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
 
     With ``workers`` > 1 a pool of forked processes works on up to 2 chunks each at
     a time; the next chunks are read only as results are written, so memory stays
-    bounded whatever the input size.
+    bounded whatever the input size. A worker that dies (killed, out of memory) ends
+    the command with ``BrokenProcessPool`` instead of a wait forever.
     """
     if workers <= 1:
         for first_row, smiles in tasks:
@@ -340,17 +344,17 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     # copying) every page of them (see the docs of gc.freeze).
     gc.freeze()
     try:
-        with multiprocessing.get_context("fork").Pool(
-                workers, _init_worker, (models, source)) as pool:
+        with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), _init_worker,
+                                 (models, source)) as pool:
             pending: deque = deque()
             for task in tasks:
-                pending.append((task[1], pool.apply_async(_worker_chunk, (task,))))
+                pending.append((task[1], pool.submit(_worker_chunk, task)))
                 if len(pending) >= 2 * workers:
-                    smiles, result = pending.popleft()
-                    yield smiles, _from_worker(result.get())
+                    smiles, future = pending.popleft()
+                    yield smiles, _from_worker(future.result())
             while pending:
-                smiles, result = pending.popleft()
-                yield smiles, _from_worker(result.get())
+                smiles, future = pending.popleft()
+                yield smiles, _from_worker(future.result())
     finally:
         gc.unfreeze()
 
@@ -432,8 +436,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(f"argument --workers: must be >= 1, got {args.workers}")
     models, meta = load_run(args.model)
     smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
-    counts = predict_csv(models, meta["target_columns"], args.data, args.output, smiles_column,
-                         workers=args.workers)
+    try:
+        counts = predict_csv(models, meta["target_columns"], args.data, args.output,
+                             smiles_column, workers=args.workers)
+    except BrokenProcessPool:
+        print(f"setattn predict: error: a --workers process died (killed, or out of memory); "
+              f"{args.output} was not written", file=sys.stderr)
+        return 1
     print(f"wrote {counts['rows']} rows to {args.output} ({len(models)} model(s); "
           f"{counts['errors']} invalid SMILES with empty predictions)")
     return 0

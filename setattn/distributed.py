@@ -4,8 +4,11 @@
 
 ``torchrun`` starts N copies of the command with ``RANK``, ``WORLD_SIZE`` and
 ``LOCAL_RANK`` in their environment. ``session()`` joins them into one process group
-(gloo on CPU, NCCL when CUDA is available); without those variables it does nothing
-and the command runs as one ordinary process.
+(gloo: ``setattn train`` runs on the CPU; NCCL would need the model and its batches on
+GPUs, which the trainer does not do); without those variables it does nothing and the
+command runs as one ordinary process. Several machines work as with any torchrun job
+(``--nnodes``, ``--rdzv-endpoint``); only rank 0 needs the output directory, except
+that ``--resume`` reads its ``config.json`` on every rank.
 
 How the trainer divides the work (see ``setattn.train.fit``):
 
@@ -81,7 +84,8 @@ def _launched_by_torchrun() -> bool:
 
 @contextmanager
 def session() -> Iterator[World]:
-    """Join the process group ``torchrun`` describes in the environment, leave it at the end.
+    """Join the process group ``torchrun`` describes in the environment (gloo), leave it
+    at the end.
 
     Without ``RANK`` / ``WORLD_SIZE`` > 1 (a plain run), or inside a group that is
     already initialised, nothing is set up or torn down.
@@ -92,10 +96,7 @@ def session() -> Iterator[World]:
     if not _launched_by_torchrun() or dist.is_initialized():
         yield world()
         return
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend="gloo")
     try:
         yield world()
     finally:
