@@ -57,6 +57,7 @@ from setattn.moldata import PackedMolecules, featurize_csv
 __all__ = [
     "FORMAT",
     "CheckpointError",
+    "DivergedError",
     "FitResult",
     "RunConfig",
     "TrainConfig",
@@ -118,8 +119,11 @@ class TrainConfig:
                 raise ValueError(f"argument --{name}: must be >= 1, got {getattr(self, name)}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"argument --batch-size: must be >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise ValueError(f"argument --lr: must be > 0, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"argument --lr: must be > 0 and finite, got {self.lr}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"argument --weight-decay: must be >= 0 and finite, "
+                             f"got {self.weight_decay}")
 
 
 @dataclass
@@ -166,7 +170,10 @@ class RunConfig:
             raise ValueError(f"argument --ensemble-size: must be >= 1, got {self.ensemble_size}")
         if not self.target_columns:
             raise ValueError("argument --target-columns: give at least one target column")
+        if self.seed < 0:
+            raise ValueError(f"argument --seed: must be >= 0, got {self.seed}")
         self.train.validate()
+        _check_model_flags(self.model)
         self.model.validate()
 
     def to_dict(self) -> dict:
@@ -186,6 +193,20 @@ class RunConfig:
         d["train"] = TrainConfig(**d.get("train", {}))
         d["model"] = MoleculeModelConfig.from_dict(d.get("model", {}))
         return cls(**d)
+
+
+def _check_model_flags(model: MoleculeModelConfig) -> None:
+    """The model settings ``train`` takes as flags, checked with the flag's name."""
+    for name in ("hidden", "heads"):
+        if getattr(model, name) < 1:
+            raise ValueError(f"argument --{name}: must be >= 1, got {getattr(model, name)}")
+    if model.hidden % model.heads:
+        raise ValueError(f"argument --hidden: {model.hidden} is not divisible by --heads "
+                         f"{model.heads}")
+    if model.layers < 0:
+        raise ValueError(f"argument --layers: must be >= 0, got {model.layers}")
+    if not 0 <= model.dropout < 1:
+        raise ValueError(f"argument --dropout: must be >= 0 and < 1, got {model.dropout}")
 
 
 def default_batch_size(n_train: int) -> int:
@@ -469,6 +490,11 @@ def _improved(value: float, best: float | None, monitor: str) -> bool:
 
 class CheckpointError(ValueError):
     """A file that is not a setattn checkpoint (or not the kind expected)."""
+
+
+class DivergedError(ValueError):
+    """Training never reached a finite validation metric: the settings (most often a
+    too high ``--lr``) make it diverge. A ``ValueError``: bad input, not a bug."""
 
 
 @contextmanager
@@ -829,8 +855,8 @@ def fit(
 
     best = _load_best(best_path)
     if best is None:
-        raise RuntimeError(f"model {member}: the validation {monitor} was never finite "
-                           f"(did training diverge? try a lower --lr)")
+        raise DivergedError(f"model {member}: the validation {monitor} was never finite "
+                            f"(did training diverge? try a lower --lr)")
     return FitResult(best, int(progress["best_epoch"]), float(progress["best_value"]),
                      monitor, list(progress["rows"]))
 
