@@ -13,7 +13,8 @@ import pytest
 import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run
 
-from setattn import distributed
+from setattn import cli, distributed
+from setattn import train as st
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +33,16 @@ while a wrong loss weighting (e.g. each rank's own mean) moves the numbers by 1e
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=RTOL, abs_tol=1e-7)
+
+
+def _torchrun(argv: list[str]) -> subprocess.CompletedProcess:
+    """``setattn ARGV`` in 2 processes under torchrun (gloo, 1 thread each)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", "-m", "setattn.cli", *map(str, argv)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
 
 
 def test_shard_and_shard_batch_sampler():
@@ -63,12 +74,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path, capsys):
     status, _, _ = run(["train", "--data", data, "--output-dir", one, *ARGS], capsys)
     assert status == 0
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", "-m", "setattn.cli", "train", "--data", str(data), "--output-dir", str(two),
-           *ARGS]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _torchrun(["train", "--data", data, "--output-dir", two, *ARGS])
     # rank 0 alone prints and writes
     assert done.stdout.count("model 0 epoch   1/3") == 1
     assert done.stdout.count("test RMSE") == 1
@@ -107,3 +113,40 @@ def test_shard_losses_average_to_the_global_loss(padding):
         shard_loss(x[i] @ w, y[i], "regression", labelled, 2, padding=(rank == 1 and padding)),
         w)[0] for rank, i in enumerate(shares)]
     assert torch.allclose((grads[0] + grads[1]) / 2, whole, atol=1e-6)
+
+
+class _Interrupt(KeyboardInterrupt):
+    pass
+
+
+def test_torchrun_resumes_a_single_process_run(tmp_path, capsys):
+    """A one-process run stopped after epoch 2 is finished by 2 processes with
+    ``--resume``: rank 0 reads ``last.pt`` and broadcasts it, and the result matches the
+    uninterrupted one-process run."""
+    data = freesolv_slice(tmp_path / "fs.csv", 120)
+    one, cut = tmp_path / "one", tmp_path / "cut"
+    status, _, _ = run(["train", "--data", data, "--output-dir", one, *ARGS], capsys)
+    assert status == 0
+
+    def stop_after_epoch_2(rows):
+        if rows[-1]["epoch"] == 2:
+            raise _Interrupt
+
+    args = cli.build_parser().parse_args(["train", "--data", str(data), "--output-dir",
+                                          str(cut), *ARGS])
+    with pytest.raises(_Interrupt):
+        st.run_training(cli.run_config_from_args(args), cut, callback=stop_after_epoch_2,
+                        log=lambda line: None)
+    torch.set_num_threads(1)
+
+    done = _torchrun(["train", "--output-dir", cut, "--resume"])
+    assert done.stdout.count("model 0: resuming after epoch 2") == 1
+    assert "model 0 epoch   3/3" in done.stdout and "epoch   2/3" not in done.stdout
+    rows_one, rows_cut = read_csv(one / "log.csv"), read_csv(cut / "log.csv")
+    assert [r["epoch"] for r in rows_cut] == ["1", "2", "3"]
+    for key in ("train_loss", "val_loss", "val_rmse"):
+        assert _close(float(rows_one[2][key]), float(rows_cut[2][key])), key
+    m_one = json.loads((one / "metrics.json").read_text())
+    m_cut = json.loads((cut / "metrics.json").read_text())
+    for key in ("rmse", "mae", "r2"):
+        assert _close(m_one["test"][key], m_cut["test"][key]), key
