@@ -40,13 +40,13 @@ Data: MR (rt-polarity, Pang & Lee 2005) by default; any CSV with
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from common import add_run_options, new_parser, print_result, start_run, write_metrics
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -367,8 +367,7 @@ def draw_sentences(models: list[DocumentClassifier], data: Encoded,
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = new_parser(__doc__)
     p.add_argument("--data", type=Path, default=None,
                    help="a CSV file with a header line (MR when omitted)")
     p.add_argument("--text-column", default="text", help="text column of --data")
@@ -404,10 +403,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
     p.add_argument("--pictures", type=int, default=10, help="test sentences to draw")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--seed", type=int, default=0, help="random seed (folds and model)")
-    p.add_argument("--out", type=Path, default=Path("runs/documents"), help="output directory")
-    p.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
+    add_run_options(p, "runs/documents", seed_help="random seed (folds and model)")
     args = p.parse_args(argv)
     if args.quick:
         args.limit, args.run_folds, args.epochs, args.dim = 1500, 1, 2, 16
@@ -417,16 +413,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = start_run(args)
     start = time.perf_counter()
     texts, labels, classes = load_texts(args)
     tokenizer = Tokenizer()
     tokens = [tokenizer(t)[: args.max_length] for t in texts]
     folds = fold_indices(len(texts), args.folds, args.seed)
     rounds = args.run_folds or args.folds
-    args.out.mkdir(parents=True, exist_ok=True)
 
     train_sizes = [len(texts) - len(f) - int(args.val_fraction * (len(texts) - len(f)))
                    for f in folds[:rounds]]
@@ -471,7 +464,7 @@ def main(argv: list[str] | None = None) -> dict:
     mean, std = float(accs.mean()), float(accs.std()) if len(accs) > 1 else 0.0
     protocol = (f"{args.folds}-fold cross-validation" if rounds == args.folds else
                 f"first {rounds} of {args.folds} folds (test {100 / args.folds:.0f} %)")
-    metrics = {
+    metrics = write_metrics({
         "data": str(args.data) if args.data else "MR (rt-polarity)",
         "protocol": protocol,
         "test_accuracy_mean": mean,
@@ -482,12 +475,9 @@ def main(argv: list[str] | None = None) -> dict:
         "folds": results,
         "classes": classes,
         "pictures": [p.name for p in pictures],
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "seconds": round(time.perf_counter() - start, 2),
-    }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    print(f"result: {metrics['data']} test accuracy {100 * mean:.2f} +- {100 * std:.2f} % "
-          f"({protocol}; {metrics['seconds']:.0f} s; metrics and pictures in {args.out})")
+    }, args, start)
+    print_result(f"{metrics['data']} test accuracy {100 * mean:.2f} +- {100 * std:.2f} %",
+                 metrics, args.out, detail=protocol)
     return metrics
 
 

@@ -30,13 +30,13 @@ as its attention weight, for each layer.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import add_run_options, new_parser, print_result, start_run, write_metrics
 from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.utils import add_self_loops, remove_self_loops
@@ -228,13 +228,11 @@ def draw_neighbourhood(model: GAT, x: SparseFeatures, data: Data, node: int, out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = new_parser(__doc__)
     p.add_argument("--root", type=Path, default=DATASETS_DIR / "planetoid",
                    help="folder with <name>.npz or the raw Planetoid files ind.<name>.*")
     p.add_argument("--name", default="cora", help="data set name (cora, citeseer, pubmed)")
     p.add_argument("--seeds", type=int, default=10, help="independent runs (seeds 0, 1, ...)")
-    p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--hidden", type=int, default=8, help="features per head, layer 1")
     p.add_argument("--heads", type=int, default=8, help="heads, layer 1")
     p.add_argument("--out-heads", type=int, default=1, help="heads of the output layer "
@@ -244,10 +242,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weight-decay", type=float, default=5e-4, help="L2 penalty")
     p.add_argument("--patience", type=int, default=100, help="early stopping patience")
     p.add_argument("--max-epochs", type=int, default=100000, help="hard limit on epochs")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--out", type=Path, default=Path("runs/gat_planetoid"),
-                   help="output directory")
-    p.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
+    add_run_options(p, "runs/gat_planetoid", seed_help="first seed")
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.max_epochs, args.patience = 2, 15, 5
@@ -256,12 +251,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    start_run(args)  # every run seeds torch again with its own seed
     start = time.perf_counter()
     data = load_planetoid(args.root, args.name)
     data.attn_edge_index = with_self_loops(data.edge_index, data.num_nodes)
     x = SparseFeatures(normalise_rows(data.x))
-    args.out.mkdir(parents=True, exist_ok=True)
     runs, model = [], None
     bar = tqdm(range(args.seed, args.seed + args.seeds), desc=f"GAT {args.name}", unit="seed")
     for seed in bar:
@@ -273,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
     mean = statistics.mean(accs)
     std = statistics.stdev(accs) if len(accs) > 1 else 0.0
     pictures = draw_neighbourhood(model, x, data, pick_node(data), args.out)
-    metrics = {
+    metrics = write_metrics({
         "data": args.name,
         "nodes": data.num_nodes,
         "edges": data.num_edges,
@@ -281,13 +275,9 @@ def main(argv: list[str] | None = None) -> dict:
         "test_accuracy_std": std,
         "runs": runs,
         "pictures": [p.name for p in pictures],
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "seconds": round(time.perf_counter() - start, 2),
-    }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    print(f"result: GAT on {args.name} test accuracy {100 * mean:.2f} +- {100 * std:.2f} % "
-          f"over {len(accs)} seeds ({metrics['seconds']:.0f} s; metrics and pictures in "
-          f"{args.out})")
+    }, args, start)
+    print_result(f"GAT on {args.name} test accuracy {100 * mean:.2f} +- {100 * std:.2f} % "
+                 f"over {len(accs)} seeds", metrics, args.out)
     return metrics
 
 

@@ -25,13 +25,13 @@ augmentation). The model of the last epoch is evaluated once on the test part.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import add_run_options, new_parser, print_result, start_run, write_metrics
 from torch import Tensor, nn
 from torch_geometric.data import Batch
 from tqdm import tqdm
@@ -169,8 +169,7 @@ def run(name: str, args: argparse.Namespace, gen: torch.Generator) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = new_parser(__doc__)
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS),
                    help="data sets to run")
     p.add_argument("--test-fraction", type=float, default=0.2, help="held-out test share")
@@ -187,11 +186,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay")
     p.add_argument("--limit", type=int, default=0, help="training images (0: all)")
     p.add_argument("--pictures", type=int, default=12, help="test images to draw")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--seed", type=int, default=0, help="random seed (split and model)")
-    p.add_argument("--out", type=Path, default=Path("runs/image_patches"),
-                   help="output directory")
-    p.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
+    add_run_options(p, "runs/image_patches", seed_help="random seed (split and model)")
     args = p.parse_args(argv)
     if args.quick:
         args.epochs, args.limit, args.dim, args.layers, args.pictures = 1, 300, 32, 1, 6
@@ -200,22 +195,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
+    gen = start_run(args)
     start = time.perf_counter()
     results = {name: run(name, args, gen) for name in args.datasets}
-    metrics = {
+    metrics = write_metrics({
         "test_accuracy": {name: r["test_accuracy"] for name, r in results.items()},
         "datasets": results,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "seconds": round(time.perf_counter() - start, 2),
-    }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    }, args, start)
     summary = ", ".join(f"{name} {100 * r['test_accuracy']:.2f} %" for name, r in results.items())
-    print(f"result: patch-set test accuracy {summary} ({metrics['seconds']:.0f} s; "
-          f"metrics and pictures in {args.out})")
+    print_result(f"patch-set test accuracy {summary}", metrics, args.out)
     return metrics
 
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import random
 import time
 from pathlib import Path
 
 import torch
+from common import add_run_options, new_parser, print_result, start_run, write_metrics
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from tqdm import tqdm
@@ -287,8 +287,7 @@ def picture_pairs(pairs: list[tuple[str, str]], count: int) -> list[tuple[str, s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = new_parser(__doc__)
     p.add_argument("--train-size", type=int, default=20000, help="training pairs")
     p.add_argument("--test-size", type=int, default=2000, help="held-out pairs")
     p.add_argument("--epochs", type=int, default=8, help="passes over the training pairs")
@@ -297,10 +296,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "decoder state width")
     p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
     p.add_argument("--pictures", type=int, default=3, help="alignment heatmaps to draw")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--seed", type=int, default=0, help="random seed (data and model)")
-    p.add_argument("--out", type=Path, default=Path("runs/seq2seq"), help="output directory")
-    p.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
+    add_run_options(p, "runs/seq2seq", seed_help="random seed (data and model)")
     args = p.parse_args(argv)
     if args.quick:
         args.train_size, args.test_size, args.epochs, args.hidden = 1500, 200, 1, 32
@@ -310,8 +306,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+    start_run(args)
     rng = random.Random(args.seed)
     start = time.perf_counter()
     train = make_pairs(args.train_size, rng)
@@ -340,22 +335,18 @@ def main(argv: list[str] | None = None) -> dict:
             bar.update(1)
     bar.close()
     accuracy, preds = exact_match(model, test, src_vocab, tgt_vocab)
-    args.out.mkdir(parents=True, exist_ok=True)
     pictures = draw_alignments(model, picture_pairs(test, args.pictures), src_vocab, tgt_vocab,
                                args.out)
-    metrics = {
+    metrics = write_metrics({
         "exact_match": accuracy,
         "test_size": len(test),
         "train_size": len(train),
         "examples": [{"source": s, "target": t, "prediction": p}
                      for (s, t), p in zip(test[:10], preds[:10])],
         "pictures": [p.name for p in pictures],
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "seconds": round(time.perf_counter() - start, 2),
-    }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    print(f"result: dates -> ISO exact match {accuracy:.4f} on {len(test)} held-out dates "
-          f"({metrics['seconds']:.0f} s; metrics and pictures in {args.out})")
+    }, args, start)
+    print_result(f"dates -> ISO exact match {accuracy:.4f} on {len(test)} held-out dates",
+                 metrics, args.out)
     return metrics
 
 

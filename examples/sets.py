@@ -21,11 +21,10 @@ set of sets. Writes ``metrics.json`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
+from common import add_run_options, new_parser, start_run, write_metrics
 from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool
 from tqdm import tqdm
@@ -111,8 +110,7 @@ def train_one(model: nn.Module, task: str, args: argparse.Namespace, gen: torch.
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = new_parser(__doc__)
     p.add_argument("--tasks", nargs="+", default=["max", "distinct"],
                    choices=["max", "distinct"], help="set tasks to run")
     p.add_argument("--steps", type=int, default=1500, help="training steps per model and task")
@@ -123,12 +121,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=64, help="model width")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
     p.add_argument("--test-sets", type=int, default=1000, help="held-out sets per task")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (these tensors are small: one thread is fastest)")
-    p.add_argument("--out", type=Path, default=Path("runs/sets"), help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help="a few seconds: few steps, small sets (smoke test)")
+    add_run_options(p, "runs/sets",
+                    threads_help="torch CPU threads (these tensors are small: one thread is "
+                    "fastest)", quick_help="a few seconds: few steps, small sets (smoke test)")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.batch_size, args.test_sets = 15, 16, 100
@@ -138,10 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
+    gen = start_run(args)
     start = time.perf_counter()
     results: dict[str, dict[str, float]] = {}
     bar = tqdm(total=2 * len(args.tasks) * args.steps, desc="sets", unit="step")
@@ -154,12 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
         results[task] = {name: train_one(m, task, args, gen, test, bar)
                          for name, m in models.items()}
     bar.close()
-    metrics = {
-        "accuracy": results,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "seconds": round(time.perf_counter() - start, 2),
-    }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    metrics = write_metrics({"accuracy": results}, args, start)
     for task, r in results.items():
         print(f"{task:9s} accuracy: set transformer {r['set_transformer']:.3f}   "
               f"sum pooling {r['sum_pooling']:.3f}")

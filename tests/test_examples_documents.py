@@ -3,44 +3,30 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "documents.py"
+from example_runs import check_help, check_pictures, load_example, quick_run
 
 
 def _module():
-    # registered in sys.modules first: the script's dataclass looks itself up there
-    if "documents_example" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("documents_example", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["documents_example"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["documents_example"]
+    return load_example("documents.py")
 
 
 def _check_pictures(out: Path, metrics: dict) -> None:
     assert metrics["pictures"] == ["sentences.html", "sentences.png"]
-    assert (out / "sentences.png").stat().st_size > 10_000
+    check_pictures(out, ["sentences.png"])
     page = (out / "sentences.html").read_text(encoding="utf-8")
     assert page.count("<span") >= 10 and "background: rgba" in page
 
 
 def test_documents_quick_mr(tmp_path):
-    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--seed", "4", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    last = run.stdout.strip().splitlines()[-1]
+    last, stderr, metrics = quick_run("documents.py", tmp_path, 4)
     assert last.startswith("result: MR (rt-polarity) test accuracy")
-    assert "100%" in run.stderr
+    assert "100%" in stderr
 
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["classes"] == ["negative", "positive"]
     assert 0.0 <= metrics["test_accuracy_mean"] <= 1.0 and metrics["test_accuracy_std"] == 0.0
     (fold,) = metrics["folds"]
@@ -50,7 +36,6 @@ def test_documents_quick_mr(tmp_path):
         assert 0.0 <= member["test_accuracy"] <= 1.0 and 1 <= member["best_epoch"] <= 2
     assert 0.0 <= metrics["single_model_mean"] <= 1.0
     assert metrics["protocol"] == "first 1 of 10 folds (test 10 %)"
-    assert metrics["config"]["quick"] is True and metrics["config"]["seed"] == 4
     _check_pictures(tmp_path, metrics)
 
 
@@ -79,13 +64,8 @@ def test_documents_any_csv(tmp_path, extra):
 
 
 def test_documents_help(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        _module().parse_args(["--help"])
-    assert exit_info.value.code == 0
-    text = capsys.readouterr().out
-    for option in ("--data", "--text-column", "--label-column", "--folds", "--seed", "--out",
-                   "--quick"):
-        assert option in text
+    check_help(capsys, _module().parse_args, ["--data", "--text-column", "--label-column",
+                                              "--folds", "--seed", "--out", "--quick"])
 
 
 def test_log_count_ratios_leave_one_out():

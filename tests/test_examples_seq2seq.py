@@ -2,45 +2,26 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import random
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "seq2seq_attention.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("seq2seq_attention_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from example_runs import check_help, check_pictures, load_example, quick_run
 
 
 def test_seq2seq_quick(tmp_path):
-    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--seed", "2", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    last = run.stdout.strip().splitlines()[-1]
+    last, stderr, metrics = quick_run("seq2seq_attention.py", tmp_path, 2)
     assert last.startswith("result: dates -> ISO exact match")
-    assert "100%" in run.stderr  # the progress bar ran to the end
+    assert "100%" in stderr  # the progress bar ran to the end
 
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert 0.0 <= metrics["exact_match"] <= 1.0
     assert metrics["test_size"] == 200 and metrics["train_size"] == 1500
-    assert metrics["config"]["quick"] is True and metrics["config"]["seed"] == 2
     for example in metrics["examples"]:
         assert len(example["target"]) == 10 and example["target"][4] == "-"
     assert metrics["pictures"] == ["alignment_0.png"]
-    assert (tmp_path / "alignment_0.png").stat().st_size > 10_000
+    check_pictures(tmp_path, metrics["pictures"])
 
 
 def test_seq2seq_data_and_help(capsys):
-    module = _module()
+    module = load_example("seq2seq_attention.py")
     rng = random.Random(0)
     train = module.make_pairs(300, rng)
     test = module.make_pairs(50, rng, exclude={s for s, _ in train})
@@ -50,9 +31,4 @@ def test_seq2seq_data_and_help(capsys):
         year, month, day = (int(part) for part in target.split("-"))
         assert 1950 <= year <= 2049 and 1 <= month <= 12 and 1 <= day <= 31
         assert str(day) in source  # the day is written somewhere in the source
-    with pytest.raises(SystemExit) as exit_info:
-        module.parse_args(["--help"])
-    assert exit_info.value.code == 0
-    text = capsys.readouterr().out
-    for option in ("--seed", "--out", "--quick", "--epochs"):
-        assert option in text
+    check_help(capsys, module.parse_args, ["--seed", "--out", "--quick", "--epochs"])
