@@ -4,7 +4,7 @@ Run:  .venv/bin/python benchmarks/predict_scale.py [--n 1000000] [--anchor 10000
           [--workers 1 2] [--model RUN_DIR] [--workdir DIR]
 
 Builds a CSV of N SMILES by cycling through the bundled sets (FreeSolv, ESOL, Tox21:
-9598 SMILES, 8 of them unparsable, so the error path is exercised too) and runs
+9601 SMILES, 8 of them unparsable, so the error path is exercised too) and runs
 ``python -m setattn.cli predict`` on it as a subprocess, once per case:
 
   anchor rows   --anchor molecules, once per --workers value (1 worker is the speed anchor)
