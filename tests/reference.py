@@ -231,6 +231,7 @@ def dense_weights(src, tgt, weights: Tensor, num_q: int, num_kv: int) -> Tensor:
 SIZES = [3, 5, 0, 7, 1]
 SIZES_Q = [2, 0, 3, 1, 4]  # set 1 has no query, set 2 has no key
 SIZES_KV = [5, 3, 0, 7, 1]
+POOL_Q = [1, 0, 1, 1, 1]  # one query per set; set 1 has none, set 2's query has no key
 HEADS, DK, DV, HIDDEN = 2, 4, 5, 6
 
 
@@ -260,9 +261,10 @@ def random_edge_list(num_q: int, num_kv: int, n_edges: int, gen: torch.Generator
 
 
 def make_case(name: str, sizes=SIZES, sizes_q=SIZES_Q, sizes_kv=SIZES_KV) -> Case:
-    """``complete``, ``bipartite``, ``window`` (radius 2), ``window0``, ``window_wide``
-    (radius beyond every set) or ``edges`` (a random graph with an isolated target,
-    a repeated edge, edges in no particular order)."""
+    """``complete``, ``bipartite``, ``pool`` (bipartite, at most one query per set),
+    ``window`` (radius 2), ``window0``, ``window_wide`` (radius beyond every set) or
+    ``edges`` (a random graph with an isolated target, a repeated edge, edges in no
+    particular order)."""
     from setattn import topology as T
 
     ptr = _offsets(sizes)
@@ -271,6 +273,9 @@ def make_case(name: str, sizes=SIZES, sizes_q=SIZES_Q, sizes_kv=SIZES_KV) -> Cas
     if name == "bipartite":
         pq, pk = _offsets(sizes_q), _offsets(sizes_kv)
         return Case(T.bipartite(pq, pk), *bipartite_edges(sizes_q, sizes_kv), pq[-1], pk[-1])
+    if name == "pool":  # at most one query per set, as in attention pooling
+        pq, pk = _offsets(POOL_Q), _offsets(sizes_kv)
+        return Case(T.bipartite(pq, pk), *bipartite_edges(POOL_Q, sizes_kv), pq[-1], pk[-1])
     if name.startswith("window"):
         radius = {"window": 2, "window0": 0, "window_wide": 50}[name]
         return Case(T.window(ptr, radius), *window_edges(sizes, radius), ptr[-1], ptr[-1])

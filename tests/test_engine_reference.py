@@ -26,6 +26,16 @@ from setattn import scores as S
 
 F64 = torch.float64
 TOL = dict(rtol=1e-9, atol=1e-10)
+REF_TOPOLOGIES = [*TOPOLOGIES, "pool"]
+
+
+@pytest.fixture(autouse=True, params=["csr", "gather"])
+def sparse_kernels(request, monkeypatch):
+    """Every test runs on both sparse-path kernels: CSR products (which the engine uses
+    for edge lists from ``_CSR_MIN_EDGES`` edges on) and gathered messages with index_add
+    (used below that size); the cases here are small, so both are forced in turn."""
+    monkeypatch.setattr("setattn.engine._CSR_MIN_EDGES", 1 if request.param == "csr" else 10**9)
+    return request.param
 
 
 def _inputs(case, dtype=F64, dq=DK, dk=DK):
@@ -87,7 +97,7 @@ def _check_against_reference(case, score, q, k, v, **extras):
 
 
 @pytest.mark.parametrize("extras", ["plain", "bias_e_mask_eh", "bias_eh_mask_e"])
-@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("topology", REF_TOPOLOGIES)
 @pytest.mark.parametrize("score_name", list(SCORES))
 def test_score_on_topology_matches_reference(score_name, topology, extras):
     case = make_case(topology)
@@ -96,7 +106,7 @@ def test_score_on_topology_matches_reference(score_name, topology, extras):
     _check_against_reference(case, score, q, k, v, **_extras(extras, case))
 
 
-@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("topology", REF_TOPOLOGIES)
 @pytest.mark.parametrize("score_name", list(EDGE_ATTR_WIDTH))
 def test_edge_attr_matches_reference(score_name, topology):
     case = make_case(topology)
@@ -152,6 +162,9 @@ def _tiny_case(topology):
                     *bipartite_edges(TINY["sizes_q"], TINY["sizes_kv"]), 3, 5)
     if topology == "window":
         return Case(T.window([0, 2, 5, 6], 1), *window_edges(TINY["sizes"], 1), 6, 6)
+    if topology == "pool":
+        return Case(T.bipartite([0, 1, 1, 2], [0, 3, 5, 5]),
+                    *bipartite_edges([1, 0, 1], TINY["sizes_kv"]), 2, 5)
     src, tgt = [0, 2, 1, 3, 0, 2], [1, 0, 1, 2, 2, 1]  # target 3 has no edge
     return Case(T.edges(torch.tensor([src, tgt]), (4, 4)), src, tgt, 4, 4)
 
@@ -160,7 +173,7 @@ GRADCHECK = [(name, False) for name in SCORES] + [(name, True) for name in DOT_S
 FULL_GRADCHECK = {"scaled_dot", "additive", "gat"}  # the others: gradcheck's fast mode
 
 
-@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("topology", REF_TOPOLOGIES)
 @pytest.mark.parametrize(("score_name", "return_weights"), GRADCHECK)
 def test_gradcheck(score_name, return_weights, topology):
     """Non-dot scores always take the explicit path, dot scores are checked on both.
