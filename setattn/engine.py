@@ -477,8 +477,8 @@ def _scatter_to_slots(t: Tensor | None, valid: Tensor) -> Tensor | None:
     return out
 
 
-def _window_edges(top: Window) -> Edges:
-    """The window's pairs as an edge list in its canonical order, cached on the topology."""
+def _as_edges(top: Window | Bipartite) -> Edges:
+    """The topology's pairs as an edge list in its canonical order, cached on it."""
     if "edges" not in top._cache:
         top._cache["edges"] = Edges(top.edge_index(), num_q=top.num_q, num_kv=top.num_kv)
     return top._cache["edges"]
@@ -488,7 +488,7 @@ def _attend_window(q, k, v, top: Window, score, bias, mask, edge_attr, p, top_k)
     if _use_csr(v):
         # On the CPU the sparse path's CSR kernels beat the gathered (N, W, H, D) blocks
         # 4-8x (benchmarks/scaling.py): the same pairs, the same canonical edge order.
-        return _attend_edges(q, k, v, _window_edges(top), score, bias, mask, edge_attr, p,
+        return _attend_edges(q, k, v, _as_edges(top), score, bias, mask, edge_attr, p,
                              top_k)
     index, valid = top.neighbours()  # (N, W), (N, W)
     pq, pk = _prepare(score, q, k)
@@ -613,11 +613,7 @@ def _attend_blocks(q, k, v, top: Bipartite, score, bias, mask, edge_attr, p, top
     if _one_query_per_set(top):
         # one query row per set: padding sets into (B, 1, L) blocks costs more than a
         # segment softmax over the (query, item) edges, in the same canonical order
-        edges_top = top._cache.get("edges")
-        if edges_top is None:
-            edges_top = Edges(top.edge_index(), num_q=top.num_q, num_kv=top.num_kv)
-            top._cache["edges"] = edges_top
-        return _attend_edges(q, k, v, edges_top, score, bias, mask, edge_attr, p, top_k)
+        return _attend_edges(q, k, v, _as_edges(top), score, bias, mask, edge_attr, p, top_k)
     heads, dv = v.shape[1], v.shape[2]
     pq, pk = _prepare(score, q, k)
     scale = _dot_scale(score, pq.shape[-1])

@@ -173,7 +173,6 @@ class RunConfig:
         if self.seed < 0:
             raise ValueError(f"argument --seed: must be >= 0, got {self.seed}")
         self.train.validate()
-        _check_model_flags(self.model)
         self.model.validate()
 
     def to_dict(self) -> dict:
@@ -193,20 +192,6 @@ class RunConfig:
         d["train"] = TrainConfig(**d.get("train", {}))
         d["model"] = MoleculeModelConfig.from_dict(d.get("model", {}))
         return cls(**d)
-
-
-def _check_model_flags(model: MoleculeModelConfig) -> None:
-    """The model settings ``train`` takes as flags, checked with the flag's name."""
-    for name in ("hidden", "heads"):
-        if getattr(model, name) < 1:
-            raise ValueError(f"argument --{name}: must be >= 1, got {getattr(model, name)}")
-    if model.hidden % model.heads:
-        raise ValueError(f"argument --hidden: {model.hidden} is not divisible by --heads "
-                         f"{model.heads}")
-    if model.layers < 0:
-        raise ValueError(f"argument --layers: must be >= 0, got {model.layers}")
-    if not 0 <= model.dropout < 1:
-        raise ValueError(f"argument --dropout: must be >= 0 and < 1, got {model.dropout}")
 
 
 def default_batch_size(n_train: int) -> int:
@@ -684,18 +669,11 @@ def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
 
 
 @torch.no_grad()
-def _val_loss(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> float:
-    """Mean loss per labelled entry; each rank sums over its shard of ``data``."""
+def _outputs(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> Tensor:
+    """(M, T) forward outputs (standardised regression values or logits), in order."""
     model.eval()
-    w = distributed.world()
-    part = [data[i] for i in distributed.shard(len(data), w.rank, w.size)]
-    total, count = 0.0, 0
-    for batch in DataLoader(part, batch_size=batch_size):
-        y = model.scale_targets(batch.y)  # (G, T)
-        labelled = int((~torch.isnan(y)).sum())
-        total += masked_loss(model(batch), y, model.config.task).item() * labelled
-        count += labelled
-    return distributed.all_reduce_sum(total) / max(distributed.all_reduce_sum(count), 1)
+    outs = [model(batch) for batch in DataLoader(list(data), batch_size=batch_size)]
+    return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
 
 
 def _targets(data: Sequence[Data]) -> Tensor:
@@ -816,8 +794,11 @@ def fit(
             total += loss.item() / w.size * len(sampler.current)
             count += len(sampler.current)
         total = distributed.all_reduce_sum(total)
-        val_loss = _val_loss(model, val_data)
-        val_metrics = evaluate(val_y, predict_all(model, val_data), task, names)
+        # one pass over the validation set (shared out over the ranks) gives loss and metrics
+        val_out = distributed.gather_predictions(lambda part: _outputs(model, part),
+                                                 val_data)  # (M_val, T)
+        val_loss = masked_loss(val_out, model.scale_targets(val_y), task).item()
+        val_metrics = evaluate(val_y, model.to_units(val_out), task, names)
         value = val_loss if monitor == "loss" else val_metrics[monitor]
         improved = _improved(value, progress["best_value"], monitor)
         if improved:

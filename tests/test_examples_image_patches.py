@@ -27,4 +27,5 @@ def test_random_shift_and_help(capsys):
     shifted = module.random_shift(images, 2, torch.Generator().manual_seed(0))
     assert shifted.shape == images.shape
     assert torch.equal(shifted.sum((1, 2, 3)), images.sum((1, 2, 3)))  # nothing cut off
+    assert not torch.equal(shifted, images)  # something moved
     check_help(capsys, module.parse_args, ["--datasets", "--seed", "--out", "--quick"])

@@ -73,10 +73,19 @@ class MoleculeModelConfig:
             raise ValueError(f"conv must be 'gat' or 'gatv2', got {self.conv!r}")
         if self.norm not in ("none", "layer"):
             raise ValueError(f"norm must be 'none' or 'layer', got {self.norm!r}")
+        if self.num_tasks < 1:
+            raise ValueError(f"num_tasks must be >= 1, got {self.num_tasks}")
+        # the settings ``setattn train`` takes as flags, named by their flag
+        for name in ("hidden", "heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"argument --{name}: must be >= 1, got {getattr(self, name)}")
         if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
-        if self.num_tasks < 1 or self.layers < 0:
-            raise ValueError("num_tasks must be >= 1 and layers >= 0")
+            raise ValueError(f"argument --hidden: {self.hidden} is not divisible by --heads "
+                             f"{self.heads}")
+        if self.layers < 0:
+            raise ValueError(f"argument --layers: must be >= 0, got {self.layers}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"argument --dropout: must be >= 0 and < 1, got {self.dropout}")
 
 
 def add_self_loops(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
@@ -151,13 +160,16 @@ class MoleculeModel(nn.Module):
             return (y - self.target_mean) / self.target_std
         return y
 
-    @torch.no_grad()
-    def predict(self, batch) -> Tensor:
-        """(G, T) predictions in target units (regression) or probabilities (classification)."""
-        out = self(batch)
+    def to_units(self, out: Tensor) -> Tensor:
+        """(G, T) forward outputs as target units (regression) or probabilities."""
         if self.config.task == "regression":
             return out * self.target_std + self.target_mean
         return torch.sigmoid(out)
+
+    @torch.no_grad()
+    def predict(self, batch) -> Tensor:
+        """(G, T) predictions in target units (regression) or probabilities (classification)."""
+        return self.to_units(self(batch))
 
     def forward(self, batch) -> Tensor:
         """Args:
