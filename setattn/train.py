@@ -25,6 +25,7 @@ Losses: masked MSE on standardised targets (regression), masked BCE with logits
 from __future__ import annotations
 
 import csv
+import ctypes
 import io
 import json
 import math
@@ -68,6 +69,7 @@ __all__ = [
     "evaluate",
     "featurize",
     "fit",
+    "keep_freed_memory",
     "load_checkpoint",
     "load_model",
     "load_run",
@@ -685,6 +687,34 @@ def _fmt(value: float) -> str:
     return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
 
 
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc keep freed memory for reuse instead of handing it back to the OS.
+
+    Every training step allocates and frees the same megabytes of tensors. By default
+    glibc returns blocks above its mmap threshold, and the top of the heap, to the kernel
+    when they are freed, so the next step page-faults them in again: about 1500 page
+    faults per Tox21 step of 64 molecules, 10-15 % of its time (``fit`` calls this).
+    The process then keeps up to its peak heap size allocated. Does nothing where
+    ``mallopt`` is missing (not glibc).
+
+    Returns:
+        Whether both settings were applied.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # blocks up to 32 MB (glibc's largest threshold) come from the heap, which is
+    # trimmed only when 256 MB at its top are free
+    return bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, 256 << 20))
+
+
 def fit(
     model: MoleculeModel,
     train_data: Sequence[Data],
@@ -728,6 +758,7 @@ def fit(
     w = distributed.world()
     log = log if w.is_main else _quiet
     task = model.config.task
+    keep_freed_memory()
     batch_size = config.batch_size or default_batch_size(len(train_data))
     generator = torch.Generator().manual_seed(config.seed)
     train_list = list(train_data)
