@@ -286,12 +286,12 @@ def segment_softmax(logits: Tensor, index: Tensor, num_segments: int,
     h = logits.shape[1]
     idx = index[:, None].expand(-1, h)  # (E, H)
     top = logits.new_full((num_segments, h), float("-inf"))
-    top = top.scatter_reduce(0, idx, logits.detach(), "amax", include_self=True)  # (N, H)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    top = top.scatter_reduce_(0, idx, logits.detach(), "amax", include_self=True)  # (N, H)
+    top = top.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)  # no finite logit: shift by 0
     # index_select, not advanced indexing: its backward is a fast index_add
     ex = torch.exp(logits - top.index_select(0, index))  # (E, H)
     den = logits.new_zeros(num_segments, h).index_add_(0, index, ex)  # (N, H)
-    den = torch.where(den > 0, den, torch.ones_like(den))
+    den = torch.where(den > 0, den, 1.0)  # (N, H)
     return ex / den.index_select(0, index)
 
 
@@ -444,6 +444,7 @@ def _attend_edges(q, k, v, top: Edges, score, bias, mask, edge_attr, p, top_k):
     csr = _use_csr(v) and _CSR_MIN_EDGES <= top.num_edges <= top.num_q * top.num_kv
     pq, pk = _prepare(score, q, k)
     scale = _dot_scale(score, pq.shape[-1])
+    pk_e = None
     if csr and scale is not None and edge_attr is None:
         fwd, bwd = _csr_pair(top, heads)
         logits = _EdgeDot.apply(pq.contiguous(), pk.contiguous(), fwd, bwd) * scale  # (E, H)
@@ -456,10 +457,14 @@ def _attend_edges(q, k, v, top: Edges, score, bias, mask, edge_attr, p, top_k):
     if top_k is not None:
         w = _hard_edges(w, dst, top.num_q, top_k, mask)
     wd = F.dropout(w, p) if p > 0 else w
-    if csr:
+    # values that are the keys whose rows the logits gathered (GATv2): reusing those rows
+    # beats the CSR product, whose layouts cost more to build than it saves then
+    reuse = v is pk and pk_e is not None
+    if csr and not reuse:
         fwd, bwd = _csr_pair(top, heads)
         return _EdgeSum.apply(wd.contiguous(), v.contiguous(), fwd, bwd), w
-    msg = v[src] * wd[..., None]  # (E, H, Dv)
+    v_e = pk_e if reuse else v.index_select(0, src)  # (E, H, Dv)
+    msg = v_e * wd[..., None]  # (E, H, Dv)
     out = v.new_zeros(top.num_q, v.shape[1], v.shape[2]).index_add_(0, dst, msg)  # (Nq, H, Dv)
     return out, w
 

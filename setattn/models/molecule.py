@@ -185,7 +185,8 @@ class MoleculeModel(nn.Module):
         h = self.embed(batch.x)  # (N, D)
         for conv, norm in zip(self.convs, self.norms):
             h = h + F.elu(conv(norm(h), edge_index, edge_attr))  # (N, D)
-        parts = [self.pool(h, batch.batch, num_graphs=g),  # (G, D)
+        ptr = batch.ptr if "ptr" in batch else None  # (G + 1,) spares the pool recomputing it
+        parts = [self.pool(h, batch.batch, ptr, num_graphs=g),  # (G, D)
                  scatter(h, batch.batch, 0, dim_size=g, reduce="sum")]  # (G, D)
         if self.config.descriptor_dim:
             d = (batch.descriptors - self.descriptor_mean) / self.descriptor_std  # (G, F_desc)
