@@ -46,14 +46,14 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, RandomSampler
 from torch.utils.data import DataLoader as IndexLoader
-from torch_geometric.data import Data
+from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 from tqdm import tqdm
 
 from setattn import distributed, splits
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
-from setattn.moldata import PackedMolecules, featurize_csv
+from setattn.moldata import PackedMolecules, collate_molecules, featurize_csv
 
 __all__ = [
     "FORMAT",
@@ -671,11 +671,18 @@ def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
 
 
 @torch.no_grad()
-def _outputs(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> Tensor:
-    """(M, T) forward outputs (standardised regression values or logits), in order."""
+def _outputs(model: MoleculeModel, batches: Sequence[Batch]) -> Tensor:
+    """(M, T) forward outputs (standardised regression values or logits) of the
+    molecules of ``batches``, in order."""
     model.eval()
-    outs = [model(batch) for batch in DataLoader(list(data), batch_size=batch_size)]
+    outs = [model(batch) for batch in batches]
     return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
+
+
+def _batches(data: Sequence[Data], batch_size: int = 256) -> list[Batch]:
+    """``data`` in consecutive batches, as ``DataLoader(data, batch_size)`` yields them."""
+    data = list(data)
+    return [collate_molecules(data[i:i + batch_size]) for i in range(0, len(data), batch_size)]
 
 
 def _targets(data: Sequence[Data]) -> Tensor:
@@ -804,6 +811,13 @@ def fit(
     net = DistributedDataParallel(model) if w.size > 1 else model
 
     metric_key = f"val_{monitor}"
+    batched: list[Batch] = []  # this rank's validation batches: the same every epoch
+
+    def val_batches(part: Sequence[Data]) -> list[Batch]:
+        if not batched:
+            batched.extend(_batches(part))
+        return batched
+
     while not progress["finished"]:
         epoch = progress["epoch"] + 1
         start = time.perf_counter()
@@ -826,7 +840,7 @@ def fit(
             count += len(sampler.current)
         total = distributed.all_reduce_sum(total)
         # one pass over the validation set (shared out over the ranks) gives loss and metrics
-        val_out = distributed.gather_predictions(lambda part: _outputs(model, part),
+        val_out = distributed.gather_predictions(lambda part: _outputs(model, val_batches(part)),
                                                  val_data)  # (M_val, T)
         val_loss = masked_loss(val_out, model.scale_targets(val_y), task).item()
         val_metrics = evaluate(val_y, model.to_units(val_out), task, names)
