@@ -37,6 +37,7 @@ from setattn.capture import capture
 from setattn.domains.molecules import InvalidSmilesError
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
 from setattn.train import (
+    KERNEL_MAX_TRAIN,
     CheckpointError,
     RunConfig,
     TrainConfig,
@@ -116,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--descriptors", choices=["none", "rdkit"],
                        help="append RDKit 2D descriptors to the readout (default: "
                        f"{DEFAULT_DESCRIPTORS}; measured to help on FreeSolv)")
+    train.add_argument("--kernel-ridge", choices=["auto", "off"],
+                       help="blend a kernel ridge regression on the descriptors into the "
+                       "predictions, weighted on the validation set (default: auto, for "
+                       "regression with descriptors on at most "
+                       f"{KERNEL_MAX_TRAIN} training molecules)")
     train.add_argument("--num-threads", type=int, default=DEFAULT_THREADS,
                        help=f"torch CPU threads (default: {DEFAULT_THREADS}; small molecule "
                        "batches rarely gain from more)")
@@ -156,6 +162,7 @@ _RUN_FLAGS: dict[str, tuple[str, str]] = {
     "fold": ("", "fold"),
     "ensemble_size": ("", "ensemble_size"),
     "strict": ("", "strict"),
+    "kernel_ridge": ("", "kernel_ridge"),
     "epochs": ("train", "epochs"),
     "batch_size": ("train", "batch_size"),
     "lr": ("train", "lr"),

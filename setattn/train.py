@@ -52,7 +52,8 @@ from tqdm import tqdm
 
 from setattn import distributed, splits
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
-from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
+from setattn.models.kernel import KernelRidge
+from setattn.models.molecule import MoleculeModel, MoleculeModelConfig, target_scaling
 from setattn.moldata import PackedMolecules, collate_molecules, featurize_csv
 
 __all__ = [
@@ -85,6 +86,9 @@ __all__ = [
 ]
 
 FORMAT = 1
+# the kernel ridge's closed-form fit grows as M^3; above this many training molecules
+# "auto" leaves it out (3000 take about 10 s on one core)
+KERNEL_MAX_TRAIN = 3000
 """Checkpoint and run format version, stored under the key ``"setattn_format"``."""
 
 Log = Callable[[str], None]
@@ -143,6 +147,8 @@ class RunConfig:
         fold: the test fold of a k-fold split.
         ensemble_size: K models trained on the same split.
         strict: refuse the data if a SMILES is invalid or empty (else skip it).
+        kernel_ridge: "auto" blends a descriptor kernel ridge into regression models
+            trained on at most ``KERNEL_MAX_TRAIN`` molecules with descriptors; "off".
         train: training settings.
         model: model settings (``num_tasks`` and ``task`` follow the run).
     """
@@ -157,6 +163,7 @@ class RunConfig:
     fold: int = 0
     ensemble_size: int = 1
     strict: bool = False
+    kernel_ridge: str = "auto"
     train: TrainConfig = field(default_factory=TrainConfig)
     model: MoleculeModelConfig = field(default_factory=MoleculeModelConfig)
 
@@ -174,6 +181,9 @@ class RunConfig:
             raise ValueError("argument --target-columns: give at least one target column")
         if self.seed < 0:
             raise ValueError(f"argument --seed: must be >= 0, got {self.seed}")
+        if self.kernel_ridge not in ("auto", "off"):
+            raise ValueError(f"argument --kernel-ridge: must be auto or off, "
+                             f"got {self.kernel_ridge!r}")
         self.train.validate()
         self.model.validate()
 
@@ -964,6 +974,40 @@ def _ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> 
     return torch.stack([predict_all(m, data) for m in models]).mean(0)
 
 
+def _kernel_size(run: RunConfig, n_train: int) -> int:
+    """M of the run's kernel ridge: the training molecules, or 0 for none."""
+    on = (run.kernel_ridge == "auto" and run.task == "regression"
+          and run.model.descriptor_dim > 0 and n_train <= KERNEL_MAX_TRAIN)
+    return n_train if on else 0
+
+
+def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig) -> tuple[KernelRidge, dict]:
+    """The kernel ridge of a regression model, fitted to standardised training targets.
+
+    Returns:
+        The fitted module and ``{"gamma", "ridge", "loo_rmse", "seconds"}``.
+    """
+    start = time.perf_counter()
+    y = _targets(train)  # (M, T)
+    mean, std = target_scaling(y)
+    kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
+    info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std)
+    return kernel, {**info, "seconds": time.perf_counter() - start}
+
+
+def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], task: str,
+                       names: Sequence[str]) -> dict:
+    """Metrics of the attention network (the ensemble's mean) alone and of the kernel
+    ridge alone on ``data``."""
+    y = _targets(data)  # (M, T)
+    batches = _batches(data)
+    with torch.no_grad():
+        net = torch.stack([_outputs(m, batches) for m in models]).mean(0)  # (M, T)
+        kernel_out = torch.cat([models[0].kernel_outputs(b) for b in batches])  # (M, T)
+    return {"attention": evaluate(y, models[0].to_units(net), task, names),
+            "kernel_ridge": evaluate(y, models[0].to_units(kernel_out), task, names)}
+
+
 def _skipped(failures: Sequence[InvalidSmilesError]) -> list[dict]:
     return [{"row": f.row, "smiles": f.smiles, "reason": f.reason} for f in failures]
 
@@ -1053,11 +1097,20 @@ def run_training(
     names = run.target_columns
     results: list[FitResult] = []
     all_rows: list[dict] = []
+    model_config = MoleculeModelConfig.from_dict(
+        {**run.model.to_dict(), "num_tasks": len(names), "task": run.task,
+         "kernel_size": _kernel_size(run, len(train))})
+    kernel = kernel_info = None
+    if model_config.kernel_size:
+        kernel, kernel_info = fit_kernel(train, model_config)
+        log(f"kernel ridge on {model_config.descriptor_dim} descriptors: gamma "
+            f"{kernel_info['gamma']}, ridge {kernel_info['ridge']}, leave-one-out RMSE "
+            f"{kernel_info['loo_rmse']:.4g} (standardised), {kernel_info['seconds']:.1f}s")
     for k in range(run.ensemble_size):
         torch.manual_seed(run.train.seed + k)
-        model_config = MoleculeModelConfig.from_dict(
-            {**run.model.to_dict(), "num_tasks": len(names), "task": run.task})
         model = MoleculeModel(model_config)
+        if kernel is not None:
+            model.kernel.load_state_dict(kernel.state_dict())
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
 
         def on_epoch(rows: list[dict], done: list[dict] = all_rows) -> None:
@@ -1079,6 +1132,11 @@ def run_training(
 
         plot_training_curve(all_rows, out / "curve.png", metric=f"val_{results[0].monitor}")
     models = [r.model for r in results]
+    components = {}
+    if kernel is not None:
+        components = {"blend": float(models[0].blend), "kernel": kernel_info,
+                      **{part: _component_metrics(models, rows, run.task, names)
+                         for part, rows in (("val", val), ("test", test))}}
     metrics = {
         "task": run.task,
         "targets": list(names),
@@ -1092,7 +1150,10 @@ def run_training(
                   "train": len(train), "val": len(val), "test": len(test)},
         "molecules": len(data),
         "skipped_rows": _skipped(molecules.failures),
-        "train_seconds": sum(row["seconds"] for row in all_rows),
+        **({"components": components} if components else {}),
+        # the epochs, plus the kernel ridge's fit
+        "train_seconds": sum(row["seconds"] for row in all_rows)
+        + (kernel_info["seconds"] if kernel_info else 0.0),
         "wall_time_s": time.perf_counter() - start,
     }
     if run.split == "kfold":

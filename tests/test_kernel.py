@@ -1,0 +1,162 @@
+"""The descriptor kernel ridge: its closed form, its leave-one-out choice, and its
+place in the molecule model and the ``train`` / ``predict`` commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.loader import DataLoader
+
+from setattn.models.kernel import CLIP, RIDGES, KernelRidge, _loo_fits
+from setattn.models.molecule import KERNEL_BLEND, MoleculeModel, MoleculeModelConfig
+from setattn.train import featurize, load_run
+from tests.molecule_runs import TINY, freesolv_slice, read_csv, run, tox21_slice
+
+
+def _problem(m: int = 30, f: int = 6, t: int = 2, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, f, generator=g, dtype=torch.float64) * 3 + 1  # (M, F)
+    y = torch.stack([x[:, 0].sin() + x[:, 1], x[:, 2] * x[:, 3] / 5], 1)[:, :t]  # (M, T)
+    return x, y
+
+
+def _numpy_krr(x: np.ndarray, y: np.ndarray, query: np.ndarray, gamma: float, ridge: float):
+    """Reference kernel ridge in numpy: standardise, clip, RBF, solve."""
+    mean, std = x.mean(0), x.std(0, ddof=1)
+    z, q = (np.clip((a - mean) / std, -CLIP, CLIP) for a in (x, query))
+    f = x.shape[1]
+
+    def kern(a, b):
+        return np.exp(-gamma / f * ((a[:, None, :] - b[None]) ** 2).sum(-1))
+
+    offset = y.mean()
+    alpha = np.linalg.solve(kern(z, z) + ridge * np.eye(len(z)), y - offset)
+    return kern(q, z) @ alpha + offset
+
+
+def test_leave_one_out_shortcut_equals_refitting_without_each_molecule():
+    x, y = _problem(m=25)
+    kernel = torch.exp(-0.1 * torch.cdist(x, x).square())  # (M, M)
+    yc = y[:, 0] - y[:, 0].mean()
+    for (mse, ridge, _), r in zip(_loo_fits(kernel, yc), RIDGES):
+        errors = []
+        for i in range(len(x)):
+            keep = [j for j in range(len(x)) if j != i]
+            k = kernel[keep][:, keep]
+            alpha = torch.linalg.solve(k + ridge * torch.eye(len(keep), dtype=k.dtype), yc[keep])
+            errors.append(float(yc[i] - kernel[i, keep] @ alpha))
+        assert ridge == r
+        assert mse == pytest.approx(np.mean(np.square(errors)), rel=1e-8)
+
+
+def test_fit_and_forward_match_a_numpy_reference_at_the_chosen_settings():
+    x, y = _problem()
+    query = x[:7] + 0.3  # (7, F)
+    krr = KernelRidge(len(x), x.shape[1], 2)
+    info = krr.fit(x.float(), y.float())
+    assert info["gamma"] == float(krr.gamma) and info["ridge"] == float(krr.ridge)
+    got = krr(query.float())  # (7, 2)
+    for t in range(2):
+        ref = _numpy_krr(x.numpy(), y[:, t].numpy(), query.numpy(), info["gamma"], info["ridge"])
+        np.testing.assert_allclose(got[:, t].numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_the_choice_has_the_least_leave_one_out_error_of_the_grid():
+    x, y = _problem(t=1)
+    krr = KernelRidge(len(x), x.shape[1], 1)
+    info = krr.fit(x.float(), y.float())
+    z = krr.centres.double()
+    d = torch.cdist(z, z).square()
+    yc = y[:, 0] - y[:, 0].mean()
+    best = min(mse for g in (0.1, 0.25, 0.5, 1.0)
+               for mse, _, _ in _loo_fits(torch.exp(-g / x.shape[1] * d), yc))
+    assert info["loo_rmse"] == pytest.approx(best ** 0.5, rel=1e-6)
+
+
+def test_missing_labels_fit_each_task_on_its_labelled_molecules_only():
+    x, y = _problem()
+    y_missing = y.clone()
+    y_missing[::3, 1] = float("nan")
+    both = KernelRidge(len(x), x.shape[1], 2)
+    both.fit(x.float(), y_missing.float())
+    rows = ~torch.isnan(y_missing[:, 1])
+    # task 1: the standardisation uses all M molecules, the solve its labelled rows only
+    mean, std = x.mean(0), x.std(0)
+    z = ((x - mean) / std).clamp(-CLIP, CLIP)
+    k = torch.exp(-float(both.gamma) / x.shape[1] * torch.cdist(z[rows], z[rows]).square())
+    offset = y[rows, 1].mean()
+    alpha = torch.linalg.solve(k + float(both.ridge) * torch.eye(int(rows.sum()),
+                                                                   dtype=k.dtype),
+                               y[rows, 1] - offset)
+    kq = torch.exp(-float(both.gamma) / x.shape[1] * torch.cdist(z[:5], z[rows]).square())
+    expected = kq @ alpha + offset
+    got = both(x[:5].float())[:, 1]
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
+    assert torch.all(both.alpha[~rows, 1] == 0)
+
+
+def test_bad_shapes_and_a_task_without_labels_are_refused():
+    x, y = _problem()
+    krr = KernelRidge(len(x), x.shape[1], 2)
+    with pytest.raises(ValueError, match="expected descriptors"):
+        krr.fit(x[:5].float(), y.float())
+    y[:, 1] = float("nan")
+    with pytest.raises(ValueError, match="no training label"):
+        krr.fit(x.float(), y.float())
+
+
+def test_model_predicts_the_mean_of_network_and_kernel(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 40)
+    out = tmp_path / "run"
+    status, stdout, _ = run(["train", "--data", data, "--target-columns", "expt", "--epochs",
+                             "2", "--output-dir", out, *TINY], capsys)
+    assert status == 0 and "kernel ridge on" in stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    parts = metrics["components"]
+    assert parts["blend"] == KERNEL_BLEND and parts["kernel"]["gamma"] > 0
+    # the run's test predictions are the mean of the two parts, so is its RMSE bound
+    for split in ("val", "test"):
+        net, ker = parts[split]["attention"]["rmse"], parts[split]["kernel_ridge"]["rmse"]
+        assert metrics[split]["rmse"] <= (net + ker) / 2 + 1e-6
+    (model,), _ = load_run(out)
+    assert model.config.kernel_size == metrics["split"]["train"]
+    status, _, _ = run(["predict", "--model", out, "--data", data, "--output",
+                        tmp_path / "p.csv"], capsys)
+    assert status == 0
+    rows = read_csv(tmp_path / "p.csv")
+    batch = next(iter(DataLoader([featurize(r["smiles"], model.config.descriptor_dim)
+                                  for r in rows[:6]], batch_size=6)))
+    with torch.no_grad():
+        net = model.to_units(model(batch))
+        ker = model.to_units(model.kernel_outputs(batch))
+    expected = (net + ker) / 2  # (6, 1)
+    got = torch.tensor([float(r["expt"]) for r in rows[:6]])
+    np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_is_off_for_classification_without_descriptors_and_on_request(tmp_path, capsys):
+    fs = freesolv_slice(tmp_path / "fs.csv", 30)
+    for extra in (["--kernel-ridge", "off"], ["--descriptors", "none"]):
+        out = tmp_path / f"run{len(extra[1])}"
+        status, stdout, _ = run(["train", "--data", fs, "--target-columns", "expt",
+                                 "--epochs", "1", "--output-dir", out, *extra, *TINY], capsys)
+        assert status == 0 and "kernel ridge" not in stdout
+        assert "components" not in json.loads((out / "metrics.json").read_text())
+        (model,), _ = load_run(out)
+        assert model.kernel is None and float(model.blend) == 1.0
+    tox = tox21_slice(tmp_path / "tox.csv", 40)
+    out = tmp_path / "tox"
+    status, _, _ = run(["train", "--data", tox, "--target-columns", "NR-AR", "SR-p53",
+                        "--task", "classification", "--epochs", "1", "--output-dir", out,
+                        *TINY], capsys)
+    assert status == 0
+    (model,), _ = load_run(out)
+    assert model.kernel is None
+
+
+def test_model_config_refuses_a_kernel_without_descriptors():
+    with pytest.raises(ValueError, match="kernel ridge needs"):
+        MoleculeModel(MoleculeModelConfig(kernel_size=10, descriptor_dim=0))
