@@ -32,9 +32,12 @@ REF_TOPOLOGIES = [*TOPOLOGIES, "pool"]
 @pytest.fixture(autouse=True, params=["csr", "gather"])
 def sparse_kernels(request, monkeypatch):
     """Every test runs on both sparse-path kernels: CSR products (which the engine uses
-    for edge lists from ``_CSR_MIN_EDGES`` edges on) and gathered messages with index_add
-    (used below that size); the cases here are small, so both are forced in turn."""
-    monkeypatch.setattr("setattn.engine._CSR_MIN_EDGES", 1 if request.param == "csr" else 10**9)
+    for edge lists from ``_CSR_MIN_EDGES`` or ``_CSR_MIN_EDGES_FEW`` edges on) and gathered
+    messages with index_add (used below those sizes); the cases here are small, so both
+    are forced in turn."""
+    least = 1 if request.param == "csr" else 10**9
+    monkeypatch.setattr("setattn.engine._CSR_MIN_EDGES", least)
+    monkeypatch.setattr("setattn.engine._CSR_MIN_EDGES_FEW", least)
     return request.param
 
 
