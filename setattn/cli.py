@@ -504,6 +504,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     values = ", ".join(f"{t} {v:.4g}" for t, v in zip(meta["target_columns"],
                                                         prediction.tolist()))
     which = f" (model_0 of an ensemble of {len(models)})" if len(models) > 1 else ""
+    if models[0].kernel is not None:
+        which += (f"; the prediction weighs the attention network {float(models[0].blend):g} "
+                  "and the descriptor kernel ridge the rest, the picture is the network's")
     print(f"{args.smiles}: predicted {values}{which}; attention drawn in {output}")
     return 0
 
