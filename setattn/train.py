@@ -981,14 +981,22 @@ def _kernel_size(run: RunConfig, n_train: int) -> int:
     return n_train if on else 0
 
 
-def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig) -> tuple[KernelRidge, dict]:
+def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
+               names: Sequence[str]) -> tuple[KernelRidge, dict]:
     """The kernel ridge of a regression model, fitted to standardised training targets.
+
+    Raises:
+        ValueError: naming a target column without any training label.
 
     Returns:
         The fitted module and ``{"gamma", "ridge", "loo_rmse", "seconds"}``.
     """
     start = time.perf_counter()
     y = _targets(train)  # (M, T)
+    for t, name in enumerate(names):
+        if torch.isnan(y[:, t]).all():
+            raise ValueError(f"target column {name!r} has no label in the training part; the "
+                             f"kernel ridge needs one (use --kernel-ridge off, or another split)")
     mean, std = target_scaling(y)
     kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
     info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std)
@@ -1102,7 +1110,7 @@ def run_training(
          "kernel_size": _kernel_size(run, len(train))})
     kernel = kernel_info = None
     if model_config.kernel_size:
-        kernel, kernel_info = fit_kernel(train, model_config)
+        kernel, kernel_info = fit_kernel(train, model_config, names)
         log(f"kernel ridge on {model_config.descriptor_dim} descriptors: gamma "
             f"{kernel_info['gamma']}, ridge {kernel_info['ridge']}, leave-one-out RMSE "
             f"{kernel_info['loo_rmse']:.4g} (standardised), {kernel_info['seconds']:.1f}s")

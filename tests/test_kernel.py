@@ -160,3 +160,18 @@ def test_kernel_is_off_for_classification_without_descriptors_and_on_request(tmp
 def test_model_config_refuses_a_kernel_without_descriptors():
     with pytest.raises(ValueError, match="kernel ridge needs"):
         MoleculeModel(MoleculeModelConfig(kernel_size=10, descriptor_dim=0))
+
+
+def test_a_regression_target_without_training_labels_is_named(tmp_path, capsys):
+    rows = read_csv(freesolv_slice(tmp_path / "fs.csv", 30))
+    data = tmp_path / "two.csv"
+    with open(data, "w") as f:
+        f.write("smiles,expt,empty\n")
+        f.writelines(f"{r['smiles']},{r['expt']},\n" for r in rows)
+    status, _, err = run(["train", "--data", data, "--target-columns", "expt", "empty",
+                          "--epochs", "1", "--output-dir", tmp_path / "run", *TINY], capsys)
+    assert status == 2 and "'empty' has no label in the training part" in err
+    status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "empty",
+                        "--epochs", "1", "--output-dir", tmp_path / "run2", "--kernel-ridge",
+                        "off", *TINY], capsys)
+    assert status == 0
