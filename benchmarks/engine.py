@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from util import (  # noqa: E402
     interleaved_seconds,
+    load_average,
     peak_mb_here,
     peak_mb_subprocess,
     print_table,
@@ -282,7 +282,7 @@ def main() -> None:
         matmul_table(args.repeats)
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"load average {load_average()}")
     seconds, mem = {}, {}
     for _, ours, anchor in COMPARISONS:  # each pair timed in interleaved rounds
         repeats = 2 if "transformerconv" in anchor else args.repeats

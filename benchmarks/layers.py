@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from util import interleaved_seconds  # noqa: E402
+from util import interleaved_seconds, load_average, peak_mb_here  # noqa: E402
 
 from setattn.nn import GATConv  # noqa: E402
 
@@ -60,34 +59,16 @@ def step(layer: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor) -> N
     layer(x, edge_index).square().sum().backward()
 
 
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def measure(args: argparse.Namespace) -> dict:
-    """Runs inside the subprocess for one layer: peak memory, then time."""
+    """Runs inside the subprocess for one layer: the first pass's time and peak memory
+    (the steady time is measured in the parent, interleaved)."""
     torch.set_num_threads(args.threads)
     x, edge_index, layers = build(args)
     layer = layers[args.case]
     del layers
-    before = _status_kb("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM (peak RSS) to the current RSS
     t0 = time.perf_counter()
-    step(layer, x, edge_index)
-    first = time.perf_counter() - t0
-    peak_mb = (_status_kb("VmHWM") - before) / 1024
-    times = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        step(layer, x, edge_index)
-        times.append(time.perf_counter() - t0)
-    return {"case": args.case, "seconds": statistics.median(times), "first_seconds": first,
-            "peak_mb": peak_mb}
+    peak_mb = peak_mb_here(lambda: step(layer, x, edge_index))
+    return {"case": args.case, "first_seconds": time.perf_counter() - t0, "peak_mb": peak_mb}
 
 
 def interleaved_layer_seconds(args: argparse.Namespace) -> dict[str, float]:
@@ -142,12 +123,11 @@ def main() -> None:
     print(f"GATConv fwd+bwd: {args.nodes} nodes, {args.edges} edges (+ self loops), "
           f"in {args.in_channels}, {args.heads} heads x {args.channels}, "
           f"{args.threads} threads, torch {torch.__version__}, "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"load average {load_average()}")
     print(f"max |setattn - pyg| on the forward output: {check_same(args):.2e}")
     # the subprocesses measure the first call and memory; time is measured below
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
              if k in ("nodes", "edges", "in_channels", "heads", "channels", "threads", "seed")]
-    flags.append("--repeats=1")
     results = {}
     for case in ("pyg", "setattn"):
         cmd = [sys.executable, os.path.abspath(__file__), "--measure", f"--case={case}", *flags]

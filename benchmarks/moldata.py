@@ -32,7 +32,7 @@ import torch
 from torch_geometric.data import Batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from util import print_table  # noqa: E402
+from util import load_average, print_table  # noqa: E402
 
 from setattn.data import DATASETS_DIR, TOX21_TASKS  # noqa: E402
 from setattn.moldata import PackedMolecules, collate_molecules, featurize_csv  # noqa: E402
@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="batching rounds")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average {load_average()}")
 
     with tempfile.TemporaryDirectory() as tmp:
         path = _subset(args.rows, Path(tmp))
@@ -118,7 +118,7 @@ def main() -> None:
           f"{args.repeats} rounds\n")
     print_table(["batching", "ms per batch", "vs PyG"],
                 [[name, f"{m * 1e3:.3f}", f"{base / m:.2f}x"] for name, m in median.items()])
-    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"\nload average {load_average()}")
 
 
 if __name__ == "__main__":

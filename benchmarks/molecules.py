@@ -41,6 +41,9 @@ from rdkit import Chem, RDLogger
 from setattn import splits
 from setattn.train import evaluate
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from util import load_average  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CHEMPROP_VENV = ROOT / "benchmarks" / ".venv-chemprop"
 SIZES = (0.8, 0.1, 0.1)
@@ -201,7 +204,7 @@ def main() -> None:
     args = parser.parse_args()
 
     nan = {"metric": float("nan"), "seconds": float("nan"), "mol_per_s": float("nan")}
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", file=sys.stderr)
+    print(f"load average {load_average()}", file=sys.stderr)
     results = []
     for name in args.datasets:
         data, smiles, y = clean_csv(name, args.seeds, args.out)
@@ -220,7 +223,7 @@ def main() -> None:
                   f"{theirs['mol_per_s']:.0f} mol/s)", file=sys.stderr, flush=True)
             done = [r for r in results if r["dataset"] == name]
             (args.out / name / "results.json").write_text(json.dumps(done, indent=2))
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", file=sys.stderr)
+    print(f"load average {load_average()}", file=sys.stderr)
 
     header = ["data set", "metric", "seeds", "setattn", "network alone", "kernel ridge alone",
               "chemprop 2.3.1", "setattn s/run",

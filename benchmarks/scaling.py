@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from util import peak_mb_here, peak_mb_subprocess, print_table, time_it  # noqa: E402
+from util import load_average, peak_mb_here, peak_mb_subprocess, print_table, time_it  # noqa: E402
 
 import setattn  # noqa: E402
 
@@ -122,7 +121,7 @@ def main() -> None:
         return
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"{load_average()}")
     rows = []
     for n in args.sizes:
         for kind in TOPOLOGIES:
@@ -138,7 +137,7 @@ def main() -> None:
                   f"{r['ms'] * 1e6 / r['edges']:.1f}", f"{r['mb']:.1f}"] for r in rows])
     plot(rows, args.out)
     print(f"plot: {args.out}; load average now "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"{load_average()}")
 
 
 if __name__ == "__main__":

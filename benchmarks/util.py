@@ -49,6 +49,11 @@ def interleaved_seconds(cases: dict[str, Callable[[], object]], repeats: int) ->
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as printed by every benchmark."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def _status_mb(field: str) -> float:
     """A memory field of /proc/self/status (VmRSS, VmHWM) in MB."""
     with open("/proc/self/status") as f:
