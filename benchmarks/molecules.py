@@ -186,6 +186,8 @@ def run_chemprop(name: str, data: Path, smiles: list[str], y: np.ndarray, seed: 
 
 
 def _mean_std(values: list[float]) -> str:
+    if any(v != v for v in values):  # NaN: a part this run does not have
+        return "-"
     if len(values) == 1:
         return f"{values[0]:.3f}"
     return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
@@ -198,11 +200,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules")
     parser.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
+    parser.add_argument("--print-only", action="store_true",
+                        help="train nothing: print the table of the runs saved in --out "
+                        "(each data set's results.json) for --datasets")
     parser.add_argument("--setattn-flags", default="", metavar="FLAGS",
                         help="extra flags of setattn's train, one string (e.g. "
                         "\"--batch-size 64\"); chemprop keeps its defaults")
     args = parser.parse_args()
 
+    if args.print_only:
+        results = [r for name in args.datasets
+                   for r in json.loads((args.out / name / "results.json").read_text())]
+        print_table(results, args.setattn_flags)
+        return
     nan = {"metric": float("nan"), "seconds": float("nan"), "mol_per_s": float("nan")}
     print(f"load average {load_average()}", file=sys.stderr)
     results = []
@@ -215,7 +225,8 @@ def main() -> None:
             theirs = nan if args.skip_chemprop else \
                 run_chemprop(name, data, smiles, y, seed, args.out, args.threads)
             results.append({"dataset": name, "metric": metric, "seed": seed,
-                            "setattn": ours, "chemprop": theirs})
+                            "setattn": ours, "chemprop": theirs,
+                            "setattn_flags": args.setattn_flags})
             print(f"{name} seed {seed}: setattn {metric} {ours['metric']:.3f} (network "
                   f"{ours['network']:.3f}, kernel ridge {ours['kernel']:.3f}) "
                   f"({ours['seconds']:.0f} s, {ours['mol_per_s']:.0f} mol/s), chemprop "
@@ -224,14 +235,19 @@ def main() -> None:
             done = [r for r in results if r["dataset"] == name]
             (args.out / name / "results.json").write_text(json.dumps(done, indent=2))
     print(f"load average {load_average()}", file=sys.stderr)
+    print_table(results, args.setattn_flags)
 
+
+def print_table(results: list[dict], setattn_flags: str) -> None:
+    """One row per data set: mean +- standard deviation over its seeds, and ratios."""
     header = ["data set", "metric", "seeds", "setattn", "network alone", "kernel ridge alone",
               "chemprop 2.3.1", "setattn s/run",
               "chemprop s/run", "time ratio", "setattn train mol/s", "chemprop train mol/s",
               "throughput ratio"]
-    print(f"setattn train flags beyond the defaults: {args.setattn_flags or 'none'}")
+    flags = {r.get("setattn_flags", setattn_flags) for r in results}
+    print(f"setattn train flags beyond the defaults: {' / '.join(sorted(flags)) or 'none'}")
     print("  |  ".join(header))
-    for name in args.datasets:
+    for name in dict.fromkeys(r["dataset"] for r in results):
         rs = [r for r in results if r["dataset"] == name]
 
         def mean(tool: str, key: str, rs: list[dict] = rs) -> float:
