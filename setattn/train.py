@@ -597,7 +597,10 @@ def _build_model(ckpt: dict, path: Path) -> MoleculeModel:
     """A model from a checkpoint's config and weights; mismatches name the file."""
     try:
         model = MoleculeModel(MoleculeModelConfig.from_dict(dict(ckpt["config"])))
-        model.load_state_dict(ckpt["state_dict"])
+        state = dict(ckpt["state_dict"])
+        if model.kernel is None:  # saved before models had a blend weight: the network alone
+            state.setdefault("blend", model.blend.clone())
+        model.load_state_dict(state)
     except (TypeError, ValueError, RuntimeError, KeyError) as err:
         first = str(err).strip().splitlines()[0]
         raise CheckpointError(

@@ -175,3 +175,19 @@ def test_a_regression_target_without_training_labels_is_named(tmp_path, capsys):
                         "--epochs", "1", "--output-dir", tmp_path / "run2", "--kernel-ridge",
                         "off", *TINY], capsys)
     assert status == 0
+
+
+def test_a_checkpoint_saved_before_the_blend_weight_still_loads(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "--epochs", "1",
+                        "--kernel-ridge", "off", "--output-dir", out, *TINY], capsys)
+    assert status == 0
+    best = out / "model_0" / "best.pt"
+    ckpt = torch.load(best, weights_only=True)
+    expected = load_run(out)[0][0].state_dict()
+    del ckpt["state_dict"]["blend"]  # as written before the blend weight existed
+    torch.save(ckpt, best)
+    (model,), _ = load_run(out)
+    assert float(model.blend) == 1.0
+    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
