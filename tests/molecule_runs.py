@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,11 +46,24 @@ def tox21_slice(path: Path, n: int = 60) -> Path:
     return csv_slice(DATASETS_DIR / "molecules" / "tox21.csv", path, [*range(n), 1322])
 
 
+def subprocess_env() -> dict[str, str]:
+    """The environment of a ``setattn`` subprocess: this checkout first, one thread."""
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "OMP_NUM_THREADS": "1"}
+
+
 def run(argv: Sequence[str], capsys) -> tuple[int, str, str]:
     """Run ``setattn ARGV`` in-process; returns (exit status, stdout, stderr)."""
     status = cli.main([str(a) for a in argv])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def train_tiny(data: Path, out: Path, capsys, *flags: str, targets: Sequence[str] = ("expt",),
+               epochs: int = 1) -> tuple[int, str, str]:
+    """``setattn train`` of a tiny model on ``data`` into ``out``; as ``run``."""
+    return run(["train", "--data", data, "--target-columns", *targets, "--epochs", epochs,
+                "--output-dir", out, *flags, *TINY], capsys)
 
 
 def read_csv(path: Path) -> list[dict]:

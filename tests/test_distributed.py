@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from molecule_runs import TINY, freesolv_slice, read_csv, run
+from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
 from setattn import cli, distributed
 from setattn import train as st
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # 96 training molecules in global batches of 19: shares of 10 and 9 molecules, and a
 # last global batch of 1 molecule, where rank 1 only pads (its loss weighted by zero).
@@ -37,7 +33,7 @@ def _close(a: float, b: float) -> bool:
 
 def _torchrun(argv: list[str]) -> subprocess.CompletedProcess:
     """``setattn ARGV`` in 2 processes under torchrun (gloo, 1 thread each)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = subprocess_env()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            "2", "-m", "setattn.cli", *map(str, argv)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)

@@ -7,7 +7,6 @@ malicious ``best.pt``; here the same files reach ``train --resume``.)
 
 from __future__ import annotations
 
-import os
 import pickle
 import signal
 import subprocess
@@ -17,11 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from molecule_runs import TINY, freesolv_slice, read_csv, run
+from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
 from setattn import train as st
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # 64 training molecules in batches of 4: an epoch of 16 steps, long enough for epoch 2
 # to be caught in the middle by a SIGKILL sent as soon as epoch 1's checkpoint appears.
@@ -40,7 +37,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 90.0) -> None
 def test_sigkill_mid_epoch_resumes_losing_at_most_one_epoch(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 80)
     killed = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = subprocess_env()
     cmd = [sys.executable, "-u", "-m", "setattn.cli", "train", "--data", str(data),
            "--output-dir", str(killed), *ARGS]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

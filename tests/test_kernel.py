@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from molecule_runs import freesolv_slice, read_csv, run, tox21_slice, train_tiny
 from torch_geometric.loader import DataLoader
 
 from setattn.models.kernel import CLIP, RIDGES, KernelRidge, _loo_fits
 from setattn.models.molecule import KERNEL_BLEND, MoleculeModel, MoleculeModelConfig
 from setattn.train import featurize, load_run
-from tests.molecule_runs import TINY, freesolv_slice, read_csv, run, tox21_slice
 
 
 def _problem(m: int = 30, f: int = 6, t: int = 2, seed: int = 0):
@@ -111,8 +111,7 @@ def test_bad_shapes_and_a_task_without_labels_are_refused():
 def test_model_predicts_the_mean_of_network_and_kernel(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 40)
     out = tmp_path / "run"
-    status, stdout, _ = run(["train", "--data", data, "--target-columns", "expt", "--epochs",
-                             "2", "--output-dir", out, *TINY], capsys)
+    status, stdout, _ = train_tiny(data, out, capsys, epochs=2)
     assert status == 0 and "kernel ridge on" in stdout
     metrics = json.loads((out / "metrics.json").read_text())
     parts = metrics["components"]
@@ -141,17 +140,15 @@ def test_kernel_is_off_for_classification_without_descriptors_and_on_request(tmp
     fs = freesolv_slice(tmp_path / "fs.csv", 30)
     for extra in (["--kernel-ridge", "off"], ["--descriptors", "none"]):
         out = tmp_path / f"run{len(extra[1])}"
-        status, stdout, _ = run(["train", "--data", fs, "--target-columns", "expt",
-                                 "--epochs", "1", "--output-dir", out, *extra, *TINY], capsys)
+        status, stdout, _ = train_tiny(fs, out, capsys, *extra)
         assert status == 0 and "kernel ridge" not in stdout
         assert "components" not in json.loads((out / "metrics.json").read_text())
         (model,), _ = load_run(out)
         assert model.kernel is None and float(model.blend) == 1.0
     tox = tox21_slice(tmp_path / "tox.csv", 40)
     out = tmp_path / "tox"
-    status, _, _ = run(["train", "--data", tox, "--target-columns", "NR-AR", "SR-p53",
-                        "--task", "classification", "--epochs", "1", "--output-dir", out,
-                        *TINY], capsys)
+    status, _, _ = train_tiny(tox, out, capsys, "--task", "classification",
+                              targets=("NR-AR", "SR-p53"))
     assert status == 0
     (model,), _ = load_run(out)
     assert model.kernel is None
@@ -168,20 +165,17 @@ def test_a_regression_target_without_training_labels_is_named(tmp_path, capsys):
     with open(data, "w") as f:
         f.write("smiles,expt,empty\n")
         f.writelines(f"{r['smiles']},{r['expt']},\n" for r in rows)
-    status, _, err = run(["train", "--data", data, "--target-columns", "expt", "empty",
-                          "--epochs", "1", "--output-dir", tmp_path / "run", *TINY], capsys)
+    status, _, err = train_tiny(data, tmp_path / "run", capsys, targets=("expt", "empty"))
     assert status == 2 and "'empty' has no label in the training part" in err
-    status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "empty",
-                        "--epochs", "1", "--output-dir", tmp_path / "run2", "--kernel-ridge",
-                        "off", *TINY], capsys)
+    status, _, _ = train_tiny(data, tmp_path / "run2", capsys, "--kernel-ridge", "off",
+                              targets=("expt", "empty"))
     assert status == 0
 
 
 def test_a_checkpoint_saved_before_the_blend_weight_still_loads(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     out = tmp_path / "run"
-    status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "--epochs", "1",
-                        "--kernel-ridge", "off", "--output-dir", out, *TINY], capsys)
+    status, _, _ = train_tiny(data, out, capsys, "--kernel-ridge", "off")
     assert status == 0
     best = out / "model_0" / "best.pt"
     ckpt = torch.load(best, weights_only=True)
