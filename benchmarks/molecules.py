@@ -10,8 +10,7 @@ Rows whose SMILES RDKit cannot parse are dropped first (chemprop stops at the fi
 such row; Tox21 has 8). Both test metrics are computed by the same code
 (``setattn.train.evaluate``) from each tool's test predictions. Wall time is the whole
 ``train`` command (featurisation with setattn's feature cache off, training, evaluation),
-measured here, one run after
-another; training throughput is training molecules x epochs run / training seconds,
+measured here. Training throughput is training molecules x epochs run / training seconds,
 where training seconds are the epochs' time (training steps plus the per-epoch validation
 and checkpoints): setattn's ``train_seconds`` from ``metrics.json``, and for chemprop the
 time spent in Lightning's ``Trainer.fit``, read by a wrapper (``CHEMPROP_TIMED``) that

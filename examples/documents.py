@@ -192,6 +192,15 @@ def fold_indices(num: int, folds: int, seed: int) -> list[Tensor]:
     return list(perm.tensor_split(folds))
 
 
+def fold_split(folds: list[Tensor], k: int, val_fraction: float
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """(train, validation, test) indices of round k: fold k is the test part, and the
+    first ``val_fraction`` of the other folds' texts the validation part."""
+    rest = torch.cat([f for i, f in enumerate(folds) if i != k])
+    n_val = int(val_fraction * len(rest))
+    return rest[n_val:], rest[:n_val], folds[k]
+
+
 def ngrams(tokens: list[str], n: int) -> list[str]:
     """The n-gram starting at each token (padded with ``</s>`` at the end)."""
     padded = tokens + ["</s>"] * (n - 1)
@@ -421,16 +430,12 @@ def main(argv: list[str] | None = None) -> dict:
     folds = fold_indices(len(texts), args.folds, args.seed)
     rounds = args.run_folds or args.folds
 
-    train_sizes = [len(texts) - len(f) - int(args.val_fraction * (len(texts) - len(f)))
-                   for f in folds[:rounds]]
-    steps = args.ensemble * args.epochs * sum(math.ceil(n / args.batch_size) for n in train_sizes)
+    parts = [fold_split(folds, k, args.val_fraction) for k in range(rounds)]
+    steps = args.ensemble * args.epochs * sum(math.ceil(len(train_idx) / args.batch_size)
+                                              for train_idx, _, _ in parts)
     bar = tqdm(total=steps, desc="documents", unit="step")
     results, pictures = [], []
-    for k in range(rounds):
-        test_idx = folds[k]
-        rest = torch.cat([f for i, f in enumerate(folds) if i != k])
-        n_val = int(args.val_fraction * len(rest))
-        val_idx, train_idx = rest[:n_val], rest[n_val:]
+    for k, (train_idx, val_idx, test_idx) in enumerate(parts):
         vocabs = build_vocabularies([tokens[i] for i in train_idx], args.ngrams,
                                     args.min_count, args.ngram_min_count)
         data = encode(tokens, labels, vocabs)

@@ -118,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="append RDKit 2D descriptors to the readout (default: "
                        f"{DEFAULT_DESCRIPTORS}; measured to help on FreeSolv)")
     train.add_argument("--kernel-ridge", choices=["auto", "off"],
-                       help="blend a kernel ridge regression on the descriptors into the "
-                       "predictions, weighted on the validation set (default: auto, for "
+                       help="average a kernel ridge regression on the descriptors with "
+                       "the attention network's predictions (default: auto, for "
                        "regression with descriptors on at most "
                        f"{KERNEL_MAX_TRAIN} training molecules)")
     train.add_argument("--num-threads", type=int, default=DEFAULT_THREADS,

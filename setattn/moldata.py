@@ -35,13 +35,13 @@ import json
 import multiprocessing
 import os
 import pickle
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
 from rdkit import rdBase
+from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from setattn.data import (
@@ -54,6 +54,7 @@ from setattn.data import (
     _parse_target,
 )
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
+from setattn.files import atomic_open
 
 __all__ = [
     "FEATURIZER_VERSION",
@@ -234,19 +235,6 @@ def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_di
     return packed
 
 
-def _save_atomic(obj: dict, path: Path) -> None:
-    """Write to a temporary file in the same folder, then rename (readers never see half)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _load_cached(file: Path, settings: dict, digest: str) -> dict | None:
     """The cached entry if it exists and matches the settings and the CSV's bytes."""
     try:
@@ -298,7 +286,8 @@ def featurize_csv(
     if packed is None:
         packed = _featurize(path, smiles_column, targets, descriptor_dim)
         if file is not None:
-            _save_atomic({**packed, "settings": settings, "sha256": digest}, file)
+            with atomic_open(file, "wb") as handle:  # readers never see half a file
+                torch.save({**packed, "settings": settings, "sha256": digest}, handle)
     failures = [InvalidSmilesError(s, reason, row, path.name)
                 for row, s, reason in packed["failures"]]
     return MoleculeSet(_unpack(packed), failures, targets)
@@ -323,24 +312,41 @@ def collate_molecules(data: Sequence[Data]) -> Batch:
         and values of PyG's ``Batch.from_data_list`` for these molecules.
     """
     sizes = torch.tensor([d.num_nodes for d in data])  # (G,)
-    ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])  # (G + 1,)
     n_edges = torch.tensor([d.edge_index.shape[1] for d in data])  # (G,)
-    shift = ptr[:-1].repeat_interleave(n_edges)  # (E,) first node of each edge's molecule
+    first = data[0]
+    return _assemble(
+        torch.cat([d.x for d in data]), torch.cat([d.edge_index for d in data], 1),
+        torch.cat([d.edge_attr for d in data]), torch.cat([d.y for d in data]), sizes, n_edges,
+        descriptors=(torch.cat([d.descriptors for d in data])
+                     if "descriptors" in first else None),
+        smiles=[d.smiles for d in data] if "smiles" in first else None,
+        row=torch.tensor([d.row for d in data]) if "row" in first else None)
+
+
+def _assemble(x: Tensor, local_edge_index: Tensor, edge_attr: Tensor, y: Tensor,
+              sizes: Tensor, n_edges: Tensor, *, descriptors: Tensor | None,
+              smiles: list[str] | None, row: Tensor | None) -> Batch:
+    """The ``Batch`` of G molecules from their concatenated tensors.
+
+    Args:
+        x: (N, F) atoms; local_edge_index: (2, E) with each molecule's own atom numbers;
+        edge_attr: (E, F_bond); y: (G, T); sizes: (G,) atoms and n_edges: (G,) edges
+        per molecule; descriptors: (G, F_desc); smiles: G strings; row: (G,).
+    """
+    ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])  # (G + 1,)
     batch = Batch(
-        x=torch.cat([d.x for d in data]),
-        edge_index=torch.cat([d.edge_index for d in data], 1) + shift,  # (2, E)
-        edge_attr=torch.cat([d.edge_attr for d in data]),
-        y=torch.cat([d.y for d in data]),
-        batch=torch.arange(len(data)).repeat_interleave(sizes),  # (N,)
-        ptr=ptr,
+        x=x, edge_attr=edge_attr, y=y, ptr=ptr,
+        # local -> batch numbering: shift by the first atom of each edge's molecule
+        edge_index=local_edge_index + ptr[:-1].repeat_interleave(n_edges),  # (2, E)
+        batch=torch.arange(sizes.numel()).repeat_interleave(sizes),  # (N,)
     )
-    if "descriptors" in data[0]:
-        batch.descriptors = torch.cat([d.descriptors for d in data])  # (G, F_desc)
-    if "smiles" in data[0]:
-        batch.smiles = [d.smiles for d in data]
-    if "row" in data[0]:
-        batch.row = torch.tensor([d.row for d in data])  # (G,)
-    batch._num_graphs = len(data)
+    if descriptors is not None:
+        batch.descriptors = descriptors
+    if smiles is not None:
+        batch.smiles = smiles
+    if row is not None:
+        batch.row = row
+    batch._num_graphs = sizes.numel()
     return batch
 
 
@@ -383,19 +389,9 @@ class PackedMolecules:
             + torch.arange(int(ptr[-1]))  # (N,)
         edges = (p["edge_ptr"][idx] - eptr[:-1]).repeat_interleave(n_edges) \
             + torch.arange(int(eptr[-1]))  # (E,)
-        batch = Batch(
-            x=p["x"].index_select(0, nodes),  # (N, F)
-            edge_index=p["edge_index"].index_select(1, edges)
-            + ptr[:-1].repeat_interleave(n_edges),  # (2, E) local -> batch numbering
-            edge_attr=p["edge_attr"].index_select(0, edges),  # (E, F_bond)
-            y=self._y.index_select(0, idx),  # (G, T)
-            batch=torch.arange(idx.numel()).repeat_interleave(sizes),  # (N,)
-            ptr=ptr,
-        )
-        if "descriptors" in p:
-            batch.descriptors = p["descriptors"].index_select(0, idx)  # (G, F_desc)
-        batch.smiles = [p["smiles"][i] for i in idx.tolist()]
-        if self._row is not None:
-            batch.row = self._row.index_select(0, idx)  # (G,)
-        batch._num_graphs = idx.numel()
-        return batch
+        return _assemble(
+            p["x"].index_select(0, nodes), p["edge_index"].index_select(1, edges),
+            p["edge_attr"].index_select(0, edges), self._y.index_select(0, idx), sizes, n_edges,
+            descriptors=p["descriptors"].index_select(0, idx) if "descriptors" in p else None,
+            smiles=[p["smiles"][i] for i in idx.tolist()],
+            row=self._row.index_select(0, idx) if self._row is not None else None)

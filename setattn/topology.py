@@ -96,12 +96,14 @@ class Bipartite:
 
     def edge_index(self) -> Tensor:
         """All pairs, target-major: (2, E) with row 0 = source j, row 1 = target i."""
-        if "edge_index" not in self._cache and bool((self.sizes_q == 1).all()):
+        if "edge_index" in self._cache:
+            return self._cache["edge_index"]
+        if bool((self.sizes_q == 1).all()):
             # one query per set (pooling): key j -> the query of its set, keys ascending
             graph = torch.repeat_interleave(torch.arange(self.sizes_kv.numel()),
                                             self.sizes_kv)  # (E,) = (Nk,)
             self._cache["edge_index"] = torch.stack([torch.arange(graph.numel()), graph])
-        if "edge_index" not in self._cache:
+        else:
             nq, nk = self.sizes_q, self.sizes_kv
             per_set = nq * nk  # (G,)
             graph = torch.repeat_interleave(torch.arange(nq.numel()), per_set)  # (E,)

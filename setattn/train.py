@@ -29,15 +29,13 @@ import ctypes
 import io
 import json
 import math
-import os
 import pickle
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +50,7 @@ from tqdm import tqdm
 
 from setattn import distributed, splits
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
+from setattn.files import atomic_open
 from setattn.models.kernel import KernelRidge
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig, target_scaling
 from setattn.moldata import PackedMolecules, collate_molecules, featurize_csv
@@ -86,10 +85,11 @@ __all__ = [
 ]
 
 FORMAT = 1
-# the kernel ridge's closed-form fit grows as M^3; above this many training molecules
-# "auto" leaves it out (3000 take about 10 s on one core)
-KERNEL_MAX_TRAIN = 3000
 """Checkpoint and run format version, stored under the key ``"setattn_format"``."""
+
+KERNEL_MAX_TRAIN = 3000
+"""Most training molecules for which ``--kernel-ridge auto`` fits the kernel ridge: its
+closed-form fit grows as M^3."""
 
 Log = Callable[[str], None]
 
@@ -492,33 +492,6 @@ class CheckpointError(ValueError):
 class DivergedError(ValueError):
     """Training never reached a finite validation metric: the settings (most often a
     too high ``--lr``) make it diverge. A ``ValueError``: bad input, not a bug."""
-
-
-@contextmanager
-def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on success it replaces ``path`` at once.
-
-    Readers see the old file or the complete new one, never half a file; if the
-    block raises (or the process dies), ``path`` is untouched and the temporary
-    file is removed (or left as a dot file).
-
-    Args:
-        path: the file to write.
-        mode: "w" (text) or "wb" (bytes).
-        kwargs: passed to ``open`` (e.g. ``encoding``, ``newline``).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, mode, **kwargs) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(payload: dict, path: str | Path) -> Path:
@@ -996,13 +969,9 @@ def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
     """
     start = time.perf_counter()
     y = _targets(train)  # (M, T)
-    for t, name in enumerate(names):
-        if torch.isnan(y[:, t]).all():
-            raise ValueError(f"target column {name!r} has no label in the training part; the "
-                             f"kernel ridge needs one (use --kernel-ridge off, or another split)")
     mean, std = target_scaling(y)
     kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
-    info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std)
+    info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std, names)
     return kernel, {**info, "seconds": time.perf_counter() - start}
 
 

@@ -17,6 +17,7 @@ leave-one-out error, which for kernel ridge is ``alpha_i / [(K + lam I)^-1]_ii``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -78,19 +79,21 @@ class KernelRidge(nn.Module):
         return ((d - self.mean) / self.std).clamp(-CLIP, CLIP)  # (G, F)
 
     @torch.no_grad()
-    def fit(self, descriptors: Tensor, y: Tensor) -> dict:
+    def fit(self, descriptors: Tensor, y: Tensor, names: Sequence[str] | None = None) -> dict:
         """Fit to the M training molecules; choose gamma and the ridge by leave-one-out.
 
         Args:
             descriptors: (M, F) raw descriptors.
             y: (M, T) targets (in the units ``forward`` should predict), NaN if missing.
+            names: the T target column names, for errors (task numbers without them).
 
         Returns:
             ``{"gamma", "ridge", "loo_rmse"}`` of the choice (loo_rmse averaged over tasks
             as a mean squared error, then rooted).
 
         Raises:
-            ValueError: if the shapes differ from the module's or a task has no label.
+            ValueError: if the shapes differ from the module's, or naming a task without
+                any label.
         """
         m, f = self.centres.shape
         if descriptors.shape != (m, f) or y.shape != (m, self.alpha.shape[1]):
@@ -104,8 +107,12 @@ class KernelRidge(nn.Module):
         self.centres.copy_(z)
         distances = _squared_distances(z, z)  # (M, M)
         labelled = [~torch.isnan(y[:, t]) for t in range(y.shape[1])]  # T x (M,)
-        if not all(bool(mask.any()) for mask in labelled):
-            raise ValueError("KernelRidge.fit: a task has no training label")
+        for t, mask in enumerate(labelled):
+            if not bool(mask.any()):
+                task = f"target column {names[t]!r}" if names else f"task {t}"
+                raise ValueError(f"{task} has no label in the training part (no training "
+                                 f"label for the kernel ridge; use --kernel-ridge off, or "
+                                 f"another split)")
         offsets = [float(y[mask, t].double().mean()) for t, mask in enumerate(labelled)]
         best = None  # (mean loo mse, gamma, ridge, alphas per task)
         for gamma in GAMMAS:

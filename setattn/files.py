@@ -1,0 +1,38 @@
+"""Writing files so that readers never see half of one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_open"]
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+    """Open a temporary file beside ``path``; on success it replaces ``path`` at once.
+
+    Readers see the old file or the complete new one, never half a file; if the
+    block raises (or the process dies), ``path`` is untouched and the temporary
+    file is removed (or left as a dot file).
+
+    Args:
+        path: the file to write.
+        mode: "w" (text) or "wb" (bytes).
+        kwargs: passed to ``open`` (e.g. ``encoding``, ``newline``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, mode, **kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
