@@ -218,3 +218,88 @@ def test_gradgradcheck(score_name, return_weights, topology):
         return res[0] if return_weights else res
 
     assert torch.autograd.gradgradcheck(fn, (q, k, v, bias), fast_mode=True)
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """Counts the calls that went through ``_GATv2Edges`` (the fused GATv2 edge path)."""
+    from setattn import engine
+
+    calls = []
+    apply = engine._GATv2Edges.apply
+
+    def spy(*args):
+        calls.append(args)
+        return apply(*args)
+
+    monkeypatch.setattr(engine._GATv2Edges, "apply", spy)
+    return calls
+
+
+@pytest.mark.parametrize("values", ["keys", "own"])
+@pytest.mark.parametrize("with_edge_attr", [False, True])
+@pytest.mark.parametrize("score_name", ["gatv2", "gatv2_unprojected"])
+def test_fused_gatv2_matches_reference(score_name, with_edge_attr, values, fused_calls):
+    """GATv2 over an edge list with no bias, mask, dropout or hard attention runs as one
+    autograd node with its own backward: values, weights and every gradient (queries,
+    keys, values, ``att``, the projections, edge features) equal the reference, whether
+    the values are the keys themselves (as in ``GATv2Conv``) or their own tensor."""
+    case = make_case("edges")
+    score = make_score(score_name)
+    q, k, v = _inputs(case)
+    if values == "keys":
+        v = k if score_name == "gatv2_unprojected" else v
+    width = EDGE_ATTR_WIDTH[score_name]
+    edge_attr = (torch.randn(case.num_edges, HEADS, width, dtype=F64, requires_grad=True)
+                 if with_edge_attr else None)
+    _check_against_reference(case, score, q, k, v, edge_attr=edge_attr)
+    assert len(fused_calls) == 2  # with and without weights returned
+    assert (fused_calls[0][2] is None) == (values == "keys" and score_name == "gatv2_unprojected")
+
+
+def test_fused_gatv2_first_and_second_derivatives(fused_calls):
+    """gradcheck and gradgradcheck through the fused node, including a loss on the
+    returned weights (their gradient enters the softmax backward) and keys that are
+    the values; second derivatives go through the plain ops."""
+    case = make_case("edges")
+    score = make_score("gatv2_unprojected", dk=2)
+    k = torch.randn(case.num_kv, HEADS, 2, dtype=F64, requires_grad=True)
+    q = torch.randn(case.num_q, HEADS, 2, dtype=F64, requires_grad=True)
+    edge_attr = torch.randn(case.num_edges, HEADS, 2, dtype=F64, requires_grad=True)
+
+    def fn(q, k, edge_attr):
+        return attend(q, k, k, case.topology, score, edge_attr=edge_attr,
+                      return_weights=True)[0]
+
+    def fn_weights(q, k, edge_attr):  # the weights' own gradient path
+        from setattn import engine
+
+        return engine._GATv2Edges.apply(q, k, None, edge_attr, score.att,
+                                        case.topology.index[0], case.topology.index[1],
+                                        case.num_q, score.negative_slope)[1]
+
+    for f in (fn, fn_weights):
+        assert torch.autograd.gradcheck(f, (q, k, edge_attr))
+        assert torch.autograd.gradgradcheck(f, (q, k, edge_attr), fast_mode=True)
+    assert fused_calls
+
+
+@pytest.mark.parametrize("extras", ["bias", "mask", "dropout", "hard", "negative_slope"])
+def test_fused_gatv2_only_when_it_applies(extras, fused_calls):
+    """Bias, mask, dropout, hard attention or a negative LeakyReLU slope take the
+    general path (and still match the reference)."""
+    case = make_case("edges")
+    score = make_score("gatv2")
+    q, k, v = _inputs(case)
+    kwargs = {"bias": dict(bias=torch.randn(case.num_edges, dtype=F64)),
+              "mask": dict(mask=_mask(case, False)),
+              "dropout": dict(dropout=0.5, training=True),
+              "hard": dict(hard=1),
+              "negative_slope": {}}[extras]
+    if extras == "negative_slope":
+        score.negative_slope = -0.1
+    out = attend(q, k, v, case.topology, score, **kwargs)
+    assert not fused_calls
+    if extras in ("bias", "mask", "negative_slope"):
+        want, _ = ref_attend(q, k, v, case.src, case.tgt, score, **kwargs)
+        torch.testing.assert_close(out, want, **TOL)
