@@ -10,11 +10,12 @@ Rows whose SMILES RDKit cannot parse are dropped first (chemprop stops at the fi
 such row; Tox21 has 8). Both test metrics are computed by the same code
 (``setattn.train.evaluate``) from each tool's test predictions. Wall time is the whole
 ``train`` command (featurisation with setattn's feature cache off, training, evaluation),
-measured here. Training throughput is training molecules x epochs run / training seconds,
-where training seconds are the epochs' time (training steps plus the per-epoch validation
-and checkpoints): setattn's ``train_seconds`` from ``metrics.json``, and for chemprop the
-time spent in Lightning's ``Trainer.fit``, read by a wrapper (``CHEMPROP_TIMED``) that
-times that call and otherwise runs chemprop's own command line unchanged. Both tools run
+measured here. Training throughput is training molecules x epochs run / training seconds:
+for setattn ``train_seconds`` from ``metrics.json`` (the wall time of ``fit``: set-up,
+training steps, per-epoch validation, checkpoints, loading the best weights; plus the
+kernel ridge's fit), for chemprop the wall time of Lightning's ``Trainer.fit``, read by a
+wrapper (``CHEMPROP_TIMED``) that times that call and otherwise runs chemprop's own
+command line unchanged. Both tools run
 one after another, both limited to the same number of CPU threads (``--threads``, default 1, which
 is setattn's default: on a shared 2-core machine two threads per process slowed both
 tools several-fold). chemprop is installed on first use into ``benchmarks/.venv-chemprop`` with

@@ -37,6 +37,7 @@ from setattn.capture import capture
 from setattn.domains.molecules import InvalidSmilesError
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
 from setattn.train import (
+    CHECKPOINT_SECONDS,
     KERNEL_MAX_TRAIN,
     CheckpointError,
     RunConfig,
@@ -122,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "the attention network's predictions (default: auto, for "
                        "regression with descriptors on at most "
                        f"{KERNEL_MAX_TRAIN} training molecules)")
+    train.add_argument("--checkpoint-seconds", type=float, default=CHECKPOINT_SECONDS,
+                       metavar="S", help="least training time between two writes of "
+                       "last.pt, which --resume continues from; it is also written at the "
+                       "end and on Ctrl-C or an error, so only a process killed outright "
+                       "loses up to S seconds of training (default: "
+                       f"{CHECKPOINT_SECONDS:g}; 0: after every epoch)")
     train.add_argument("--num-threads", type=int, default=DEFAULT_THREADS,
                        help=f"torch CPU threads (default: {DEFAULT_THREADS}; small molecule "
                        "batches rarely gain from more)")
@@ -247,7 +254,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                              f"to continue it, or choose another directory")
         run = run_config_from_args(args)
     distributed.barrier()  # under torchrun: every rank has checked out/ before rank 0 writes
-    metrics = run_training(run, out, resume=args.resume)
+    metrics = run_training(run, out, resume=args.resume,
+                           checkpoint_seconds=args.checkpoint_seconds)
     if not distributed.world().is_main:
         return 0
     test = metrics["test"]
@@ -522,6 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.num_threads < 1:
         parser.error(f"argument --num-threads: must be >= 1, got {args.num_threads}")
+    if args.command == "train" and not 0 <= args.checkpoint_seconds < float("inf"):
+        parser.error(f"argument --checkpoint-seconds: must be >= 0 and finite, "
+                     f"got {args.checkpoint_seconds}")
     torch.set_num_threads(args.num_threads)
     command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain}[args.command]
     try:

@@ -23,6 +23,7 @@ from setattn import train as st
 # 64 training molecules in batches of 4: an epoch of 16 steps, long enough for epoch 2
 # to be caught in the middle by a SIGKILL sent as soon as epoch 1's checkpoint appears.
 ARGS = ["--target-columns", "expt", "--epochs", "2", "--batch-size", "4", "--patience", "10",
+        "--checkpoint-seconds", "0",
         "--descriptors", "none", *TINY]
 
 

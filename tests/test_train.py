@@ -265,6 +265,82 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
         assert all(torch.equal(a[key], b[key]) for key in a)
 
 
+def _last_pt_writes(monkeypatch) -> list[int]:
+    """The epoch of every ``last.pt`` written from now on, in order."""
+    epochs = []
+    save = st.save_checkpoint
+
+    def counting(payload, path):
+        if Path(path).name == "last.pt":
+            epochs.append(payload["progress"]["epoch"])
+        return save(payload, path)
+
+    monkeypatch.setattr(st, "save_checkpoint", counting)
+    return epochs
+
+
+@pytest.mark.parametrize(("seconds", "writes"), [(0.0, [1, 2, 3]), (1e9, [3])])
+def test_last_checkpoint_is_written_as_often_as_asked(tmp_path, capsys, monkeypatch,
+                                                      seconds, writes):
+    """``--checkpoint-seconds 0`` writes last.pt after every epoch; a long interval only
+    after the final one. The run's train_seconds is the fits' wall time: at least the
+    sum of the epochs' own seconds."""
+    epochs = _last_pt_writes(monkeypatch)
+    status, _, _ = run(["train", "--data", freesolv_slice(tmp_path / "fs.csv", 30),
+                        "--target-columns", "expt", "--epochs", "3", "--patience", "5",
+                        "--output-dir", tmp_path / "run", "--checkpoint-seconds", seconds,
+                        *TINY], capsys)
+    assert status == 0
+    assert epochs == writes
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    epoch_seconds = sum(float(r["seconds"]) for r in read_csv(tmp_path / "run" / "log.csv"))
+    assert metrics["train_seconds"] >= epoch_seconds
+
+
+def test_ctrl_c_mid_epoch_keeps_the_last_finished_epoch(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the middle of epoch 3, with last.pt not yet due: the except path writes
+    epoch 2's state (a copy taken when it finished, not the half-trained weights), and
+    ``--resume`` ends with the same numbers as a run never interrupted."""
+    data = freesolv_slice(tmp_path / "fs.csv", 40)
+    args = ["--data", data, "--target-columns", "expt", "--epochs", "4", "--patience", "5",
+            "--batch-size", "8", *TINY]
+    status, _, _ = run(["train", "--output-dir", tmp_path / "whole", *args], capsys)
+    assert status == 0
+
+    epochs = _last_pt_writes(monkeypatch)
+    steps = []
+    loss = st.masked_loss
+
+    def interrupted_loss(out, y, task):  # 4 steps per epoch: the 10th is in epoch 3
+        steps.extend([None] if out.requires_grad else [])  # training steps, not validation
+        if len(steps) == 10:
+            raise _Interrupt
+        return loss(out, y, task)
+
+    monkeypatch.setattr(st, "masked_loss", interrupted_loss)
+    parser_args = cli.build_parser().parse_args(
+        ["train", "--output-dir", str(tmp_path / "cut"), *map(str, args)])
+    with pytest.raises(_Interrupt):
+        st.run_training(cli.run_config_from_args(parser_args), tmp_path / "cut",
+                        log=lambda line: None, checkpoint_seconds=1e9)
+    assert epochs == [2]
+    monkeypatch.setattr(st, "masked_loss", loss)
+
+    status, out, _ = run(["train", "--output-dir", tmp_path / "cut", "--resume"], capsys)
+    assert status == 0 and "model 0: resuming after epoch 2" in out
+    m_whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    m_cut = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert m_cut["test"] == m_whole["test"] and m_cut["val"] == m_whole["val"]
+
+
+def test_bad_checkpoint_seconds_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--data", "x.csv", "--target-columns", "y", "--output-dir",
+                  str(tmp_path), "--checkpoint-seconds", "-1"])
+    assert "argument --checkpoint-seconds: must be >= 0 and finite, got -1.0" in \
+        capsys.readouterr().err
+
+
 def test_resume_refuses_changed_settings_and_missing_runs(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     out = tmp_path / "run"
