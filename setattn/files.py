@@ -12,7 +12,8 @@ __all__ = ["atomic_open"]
 
 
 @contextmanager
-def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+def atomic_open(path: str | Path, mode: str = "w", *, sync: bool = True,
+                **kwargs: Any) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` at once.
 
     Readers see the old file or the complete new one, never half a file; if the
@@ -22,6 +23,9 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
     Args:
         path: the file to write.
         mode: "w" (text) or "wb" (bytes).
+        sync: flush the new file to the disk (fsync) before it replaces ``path``, so that
+            it survives a power loss too; False for files cheap to lose (a log rewritten
+            every epoch): a crashed process still leaves the old or the new file whole.
         kwargs: passed to ``open`` (e.g. ``encoding``, ``newline``).
     """
     path = Path(path)
@@ -31,7 +35,8 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
         with open(tmp, mode, **kwargs) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

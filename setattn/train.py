@@ -26,7 +26,6 @@ Losses: masked MSE on standardised targets (regression), masked BCE with logits
 
 from __future__ import annotations
 
-import copy
 import csv
 import ctypes
 import io
@@ -703,11 +702,20 @@ def _training_state(model: MoleculeModel, optimizer: torch.optim.Optimizer,
              "scheduler": scheduler.state_dict(),
              "rng": {"torch": torch.get_rng_state(), "loader": generator.get_state()},
              "progress": dict(progress)}
-    if snapshot:
-        state["state_dict"] = {k: v.clone() for k, v in state["state_dict"].items()}
-        state["optimizer"] = copy.deepcopy(state["optimizer"])
-        state["scheduler"] = copy.deepcopy(state["scheduler"])
-    return state
+    return _copied(state) if snapshot else state
+
+
+def _copied(obj: Any) -> Any:
+    """``obj`` with every tensor, dict and list in it copied (plain values shared): what
+    ``copy.deepcopy`` gives a checkpoint payload, faster (1.0 vs 7.0 ms for the default
+    molecule model's training state, measured once)."""
+    if isinstance(obj, Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return {k: _copied(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_copied(v) for v in obj]
+    return obj
 
 
 # glibc's mallopt parameters (malloc.h)
@@ -988,7 +996,8 @@ def _write_log(rows: Sequence[dict], path: Path) -> None:
     writer.writeheader()
     for row in rows:
         writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
-    with atomic_open(path, "w", encoding="utf-8", newline="") as handle:
+    # rewritten after every epoch, and its rows are in last.pt too: no fsync
+    with atomic_open(path, "w", sync=False, encoding="utf-8", newline="") as handle:
         handle.write(buffer.getvalue())
 
 

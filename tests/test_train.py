@@ -119,6 +119,27 @@ def test_checkpoint_round_trip(tmp_path):
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_atomic_open_syncs_unless_told_not_to(tmp_path, monkeypatch, sync):
+    """Checkpoints are fsynced before they replace the old file; the per-epoch log is
+    not. Either way the file is replaced whole, and a failing block leaves it alone."""
+    import os
+
+    from setattn import files
+
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    with files.atomic_open(target, sync=sync) as handle:
+        handle.write("new")
+    assert target.read_text() == "new" and len(synced) == int(sync)
+    with pytest.raises(RuntimeError), files.atomic_open(target, sync=sync) as handle:
+        handle.write("half")
+        raise RuntimeError
+    assert target.read_text() == "new" and not list(tmp_path.glob(".*tmp"))
+
+
 class _Payload:
     """Unpickling this runs code: it writes a marker file."""
 
