@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--strict", action="store_true", default=None,
                        help="stop on an invalid or empty SMILES instead of skipping it")
     train.add_argument("--batch-size", type=int,
-                       help="default: 32 below 2000 training molecules, else 64")
+                       help=f"default: {train_defaults.batch_size}")
     train.add_argument("--lr", type=float,
                        help=f"peak learning rate (default: {train_defaults.lr})")
     train.add_argument("--weight-decay", type=float,

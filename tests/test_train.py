@@ -91,8 +91,11 @@ def test_masked_loss_ignores_missing_labels(task):
     assert empty.item() == 0.0 and empty.requires_grad
 
 
-def test_default_batch_size():
-    assert st.default_batch_size(500) == 32 and st.default_batch_size(6000) == 64
+def test_batch_size_of_runs_saved_without_one():
+    """Runs saved before the batch size defaulted to 64 stored None: resuming them keeps
+    the rule they trained with."""
+    assert st.legacy_batch_size(500) == 32 and st.legacy_batch_size(6000) == 64
+    assert st.TrainConfig().batch_size == 64
 
 
 # ----------------------------------------------------------------------------
