@@ -26,10 +26,10 @@ multiply rate, measured in the same run at the same thread count (torch.mm of tw
 2048 x 2048 matrices, 2 n^3 flops). Attention flops count the two matrix products,
 QK^T and PV, 4 B H N^2 D forward; forward + backward counts 3x that (the backward
 has four such products: dV, dP, dQ, dK), not the recomputation SDPA's backward may do.
-PyTorch sends float32 products to MKL; the table also gives the rate of the same product
-through oneDNN (the kernels PyTorch uses when ``torch.backends.mkldnn.matmul.
-fp32_precision`` is ``"bf16"``), and whether those kept the float32 inputs: on AMD CPUs
-MKL takes a slower path, so oneDNN's rate is the machine's better float32 rate there.
+PyTorch sends float32 products to MKL; where oneDNN computes them exactly
+(``setattn.matmul``), the table also gives the rate of the same product through oneDNN,
+which is the faster of the two on AMD CPUs, and both attentions with their products
+sent there (``fast_float32_matmul``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from util import (  # noqa: E402
 
 import setattn  # noqa: E402
 from setattn import scores  # noqa: E402
+from setattn.matmul import fast_float32_matmul, onednn_is_exact  # noqa: E402
 
 HEADS, HEAD_DIM = 4, 16
 DIM = HEADS * HEAD_DIM
@@ -187,25 +188,12 @@ def _matmul_case():
 
 
 def _through_onednn(fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn`` with PyTorch's float32 products sent to oneDNN instead of MKL (the setting
-    ``fp32_precision = "bf16"``, which allows oneDNN to round inputs to bfloat16; whether
-    it did is checked by ``onednn_exact``)."""
+    """``fn`` inside ``setattn.matmul.fast_float32_matmul``: float32 products through
+    oneDNN instead of MKL."""
     def run():
-        backend = torch.backends.mkldnn.matmul
-        before = backend.fp32_precision
-        backend.fp32_precision = "bf16"
-        try:
+        with fast_float32_matmul():
             return fn()
-        finally:
-            backend.fp32_precision = before
     return run
-
-
-def onednn_exact() -> bool:
-    """Whether oneDNN's product keeps float32 inputs: 1 + 2^-12 (a float32, not a
-    bfloat16) times the identity must come back unchanged, in the benchmark's shape."""
-    a = torch.full((MATMUL_N, MATMUL_N), 1.0 + 2.0**-12)
-    return bool(torch.equal(_through_onednn(lambda: a @ torch.eye(MATMUL_N))(), a))
 
 
 def _random_graph(n: int = 100_000, e: int = 1_000_000):
@@ -273,14 +261,16 @@ def matmul_table(repeats: int) -> None:
     """Achieved GFLOP/s of the d64 case against torch.mm's rate, all measured now; also
     the rate of the same product through oneDNN, which PyTorch does not use for float32
     by default (on AMD CPUs it is the faster of the two)."""
-    onednn = torch.backends.mkldnn.is_available() and hasattr(
-        getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision")
+    onednn = onednn_is_exact()  # else fast_float32_matmul stays off: no oneDNN rows
     cases: dict[str, Callable[[], object]] = {"matmul": _matmul_case()}
     if onednn:
         cases["matmul oneDNN"] = _through_onednn(_matmul_case())
     for label, build in (("attend", case_d64_attend), ("SDPA", case_d64_sdpa)):
         cases[f"{label} fwd"] = _no_grad(build(backward=False))
         cases[f"{label} fwd+bwd"] = build(backward=True)
+        if onednn:  # the same with every float32 product through oneDNN
+            cases[f"{label} fwd, oneDNN"] = _through_onednn(_no_grad(build(backward=False)))
+            cases[f"{label} fwd+bwd, oneDNN"] = _through_onednn(build(backward=True))
     sec = interleaved_seconds(cases, max(repeats, 5))
     mm = 2.0 * MATMUL_N**3 / sec.pop("matmul") / 1e9
     dnn = 2.0 * MATMUL_N**3 / sec.pop("matmul oneDNN") / 1e9 if onednn else float("nan")
@@ -291,8 +281,8 @@ def matmul_table(repeats: int) -> None:
                      f"{100 * gflops / dnn:.0f} %"])
     print(f"\nhead dim 64 ({D64_SETS} sets x {D64_ITEMS}, {D64_HEADS} heads x {D64_DIM}) vs "
           f"torch.mm {MATMUL_N}x{MATMUL_N}: {mm:.1f} GFLOP/s at {torch.get_num_threads()} "
-          f"thread(s); through oneDNN {dnn:.1f} GFLOP/s (float32 inputs kept: "
-          f"{onednn_exact() if onednn else '-'}); medians of interleaved rounds")
+          f"thread(s); through oneDNN {dnn:.1f} GFLOP/s (exact float32 here: {onednn}); "
+          f"medians of interleaved rounds")
     print_table(["complete attention", "ms", "GFLOP/s", "of matmul rate",
                  "of oneDNN rate"], rows)
 
