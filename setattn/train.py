@@ -34,7 +34,7 @@ import math
 import pickle
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -67,11 +67,11 @@ __all__ = [
     "atomic_open",
     "average_precision",
     "classification_metrics",
-    "legacy_batch_size",
     "evaluate",
     "featurize",
     "fit",
     "keep_freed_memory",
+    "legacy_batch_size",
     "load_checkpoint",
     "load_model",
     "load_run",
@@ -855,24 +855,9 @@ def fit(
         while not progress["finished"]:
             epoch = progress["epoch"] + 1
             start = time.perf_counter()
-            model.train()
-            total, count = 0.0, 0
             bar = tqdm(loader, desc=f"model {member} epoch {epoch}/{config.epochs}",
                        leave=False, disable=None if w.is_main else True, unit="batch")
-            for batch in bar:
-                out, y = net(batch), model.scale_targets(batch.y)  # (G_r, T) each
-                if w.size == 1:
-                    loss = masked_loss(out, y, task)
-                else:
-                    labelled = int((~torch.isnan(train_y[sampler.current])).sum())
-                    loss = shard_loss(out, y, task, labelled, w.size, sampler.padding)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                total += loss.item() / w.size * len(sampler.current)
-                count += len(sampler.current)
-            total = distributed.all_reduce_sum(total)
+            train_loss = _train_epoch(net, model, bar, optimizer, scheduler, sampler, train_y)
             # one pass over the validation set (shared out over the ranks): loss and metrics
             val_out = distributed.gather_predictions(
                 lambda part: _outputs(model, val_batches(part)), val_data)  # (M_val, T)
@@ -889,7 +874,7 @@ def fit(
                                               "val": _json_safe(val_metrics)}}, best_path)
             else:
                 progress["bad_epochs"] += 1
-            row = {"model": member, "epoch": epoch, "train_loss": total / max(count, 1),
+            row = {"model": member, "epoch": epoch, "train_loss": train_loss,
                    "val_loss": val_loss, metric_key: value,
                    "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - start}
             progress["rows"] = [*progress["rows"], row]
@@ -925,6 +910,32 @@ def fit(
                             f"(did training diverge? try a lower --lr)")
     return FitResult(best, int(progress["best_epoch"]), float(progress["best_value"]),
                      monitor, list(progress["rows"]), time.perf_counter() - clock)
+
+
+def _train_epoch(net: torch.nn.Module, model: MoleculeModel, batches: Iterable[Batch],
+                 optimizer: torch.optim.Optimizer, scheduler: Any,
+                 sampler: distributed.ShardBatchSampler, train_y: Tensor) -> float:
+    """One pass of optimiser steps over ``batches``; returns the mean training loss per
+    molecule over all ranks. ``net`` is ``model``, or its DDP wrapper; ``sampler`` says
+    which molecules each batch holds (rows of ``train_y`` (M, T))."""
+    w = distributed.world()
+    task = model.config.task
+    model.train()
+    total, count = 0.0, 0
+    for batch in batches:
+        out, y = net(batch), model.scale_targets(batch.y)  # (G_r, T) each
+        if w.size == 1:
+            loss = masked_loss(out, y, task)
+        else:
+            labelled = int((~torch.isnan(train_y[sampler.current])).sum())
+            loss = shard_loss(out, y, task, labelled, w.size, sampler.padding)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        total += loss.item() / w.size * len(sampler.current)
+        count += len(sampler.current)
+    return distributed.all_reduce_sum(total) / max(count, 1)
 
 
 def _quiet(line: str) -> None:
