@@ -205,7 +205,7 @@ def main() -> None:
                         "(each data set's results.json) for --datasets")
     parser.add_argument("--setattn-flags", default="", metavar="FLAGS",
                         help="extra flags of setattn's train, one string (e.g. "
-                        "\"--batch-size 64\"); chemprop keeps its defaults")
+                        "\"--hidden 128\"); chemprop keeps its defaults")
     args = parser.parse_args()
 
     if args.print_only:

@@ -429,8 +429,10 @@ class _EdgeDot(torch.autograd.Function):
         return gq, gk, None, None
 
 
-def _gatv2_plain(pq, pk, v, edge_attr, att, src, dst, num_q: int, slope: float):
-    """GATv2 attention over edges in plain differentiable ops: ``_GATv2Edges``'s numbers.
+def _gatv2_edges(pq, pk, v, edge_attr, att, src, dst, num_q: int, slope: float):
+    """GATv2 attention over edges, in ops autograd can differentiate too: the in-place
+    steps write only fresh tensors, and a LeakyReLU slope >= 0 lets ``leaky_relu_``
+    keep what its backward needs.
 
     Args:
         pq: (Nq, H, A) prepared queries; pk: (Nk, H, A) prepared keys.
@@ -438,41 +440,35 @@ def _gatv2_plain(pq, pk, v, edge_attr, att, src, dst, num_q: int, slope: float):
         edge_attr: (E, H, A) or None; att: (H, A); src, dst: (E,).
 
     Returns:
-        (Nq, H, Dv) output and (E, H) weights.
+        (Nq, H, Dv) output, (E, H) weights, and for a hand-written backward the
+        activated scores g (E, H, A) and the gathered values (E, H, Dv).
     """
     k_e = pk.index_select(0, src)  # (E, H, A)
-    z = pq.index_select(0, dst) + k_e  # (E, H, A)
+    z = pq.index_select(0, dst).add_(k_e)  # (E, H, A)
     if edge_attr is not None:
-        z = z + edge_attr
-    logits = (F.leaky_relu(z, slope) * att).sum(-1)  # (E, H)
-    w = segment_softmax(logits, dst, num_q)  # (E, H)
+        z.add_(edge_attr)
+    g = F.leaky_relu_(z, slope)  # (E, H, A), in place: z is not needed again
+    w = segment_softmax((g * att).sum(-1), dst, num_q)  # (E, H)
     v_e = k_e if v is None else v.index_select(0, src)  # (E, H, Dv)
     out = v_e.new_zeros(num_q, *v_e.shape[1:]).index_add_(0, dst, v_e * w[..., None])
-    return out, w  # (Nq, H, Dv), (E, H)
+    return out, w, g, v_e
 
 
 class _GATv2Edges(torch.autograd.Function):
-    """``_gatv2_plain`` as one autograd node with a hand-written backward.
+    """``_gatv2_edges`` as one autograd node with a hand-written backward.
 
     Small graphs (a batch of molecules: a few hundred atoms) spend most of their time
     in per-operation overhead: this runs the scores, softmax and sum in about half the
     operations autograd would record, and keeps only the activated scores (E, H, A),
     the gathered values (E, H, Dv) and the weights (E, H) for the backward pass. Under
-    ``create_graph`` the backward differentiates ``_gatv2_plain`` instead, so second
-    derivatives stay right. Needs a LeakyReLU slope >= 0 (the sign of the activation
+    ``create_graph`` the backward lets autograd differentiate ``_gatv2_edges`` instead,
+    so second derivatives stay right. Needs a LeakyReLU slope >= 0 (the sign of the activation
     then tells which side of 0 its input was).
     """
 
     @staticmethod
     def forward(ctx, pq, pk, v, edge_attr, att, src, dst, num_q, slope):
-        k_e = pk.index_select(0, src)  # (E, H, A)
-        z = pq.index_select(0, dst).add_(k_e)  # (E, H, A)
-        if edge_attr is not None:
-            z.add_(edge_attr)
-        g = F.leaky_relu_(z, slope)  # (E, H, A), in place: z is not needed again
-        w = segment_softmax((g * att).sum(-1), dst, num_q)  # (E, H)
-        v_e = k_e if v is None else v.index_select(0, src)  # (E, H, Dv)
-        out = v_e.new_zeros(num_q, *v_e.shape[1:]).index_add_(0, dst, v_e * w[..., None])
+        out, w, g, v_e = _gatv2_edges(pq, pk, v, edge_attr, att, src, dst, num_q, slope)
         ctx.save_for_backward(g, w, v_e, pq, pk, v, edge_attr, att, src, dst)
         ctx.num_q, ctx.slope = num_q, slope
         return out, w  # (Nq, H, Dv), (E, H)
@@ -480,7 +476,7 @@ class _GATv2Edges(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_w):
         g, w, v_e, pq, pk, v, edge_attr, att, src, dst = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph: differentiate the plain ops
+        if torch.is_grad_enabled():  # create_graph: let autograd differentiate the ops
             return _GATv2Edges._plain_backward(ctx, grad_out, grad_w)
         need = ctx.needs_input_grad
         go_e = grad_out.index_select(0, dst)  # (E, H, Dv)
@@ -510,7 +506,7 @@ class _GATv2Edges(torch.autograd.Function):
         _, _, _, pq, pk, v, edge_attr, att, src, dst = ctx.saved_tensors
         inputs = (pq, pk, v, edge_attr, att)
         wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
-        outs = _gatv2_plain(pq, pk, v, edge_attr, att, src, dst, ctx.num_q, ctx.slope)
+        outs = _gatv2_edges(pq, pk, v, edge_attr, att, src, dst, ctx.num_q, ctx.slope)[:2]
         pairs = [(o, g) for o, g in zip(outs, (grad_out, grad_w)) if g is not None]
         grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                          create_graph=True, allow_unused=True))
@@ -518,12 +514,12 @@ class _GATv2Edges(torch.autograd.Function):
         return (*picked, None, None, None, None)
 
 
-def _fuse_gatv2(score, v, pk, edge_attr, bias, mask, p: float, top_k) -> bool:
+def _fuse_gatv2(score, edge_attr, bias, mask, p: float, top_k) -> bool:
     """Whether ``_GATv2Edges`` computes this call: a GATv2 score with (E, H, A) or no edge
     features, slope >= 0, and no bias, mask, dropout or hard attention."""
     return (isinstance(score, GATv2) and score.negative_slope >= 0 and bias is None
             and mask is None and p == 0 and top_k is None
-            and (edge_attr is None or edge_attr.dim() == 3) and v.shape[0] == pk.shape[0])
+            and (edge_attr is None or edge_attr.dim() == 3))
 
 
 def _use_csr(x: Tensor) -> bool:
@@ -544,14 +540,14 @@ _CSR_MIN_EDGES_FEW = 16384
 def _attend_edges(q, k, v, top: Edges, score, bias, mask, edge_attr, p, top_k):
     src, dst = top.index[0], top.index[1]
     heads = q.shape[1]
+    pq, pk = _prepare(score, q, k)
+    if _fuse_gatv2(score, edge_attr, bias, mask, p, top_k):
+        return _GATv2Edges.apply(pq, pk, None if v is pk else v, edge_attr, score.att, src, dst,
+                                 top.num_q, score.negative_slope)
     # sampled_addmm rejects patterns with more entries than the dense matrix has, which a
     # multigraph (repeated edges) can reach: those fall back to index_add
     least = _CSR_MIN_EDGES if top.num_edges > top.num_kv else _CSR_MIN_EDGES_FEW
     csr = _use_csr(v) and least <= top.num_edges <= top.num_q * top.num_kv
-    pq, pk = _prepare(score, q, k)
-    if _fuse_gatv2(score, v, pk, edge_attr, bias, mask, p, top_k):
-        return _GATv2Edges.apply(pq, pk, None if v is pk else v, edge_attr, score.att, src, dst,
-                                 top.num_q, score.negative_slope)
     scale = _dot_scale(score, pq.shape[-1])
     pk_e = None
     if csr and scale is not None and edge_attr is None:

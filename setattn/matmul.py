@@ -12,8 +12,9 @@ exact float32 result rounded inputs would change, and ``fast_float32_matmul`` sw
 oneDNN on only when they came out exact.
 
 Use it where shapes repeat (complete sets padded to one shape, fixed-size batches):
-oneDNN prepares a kernel per new shape, about 0.8 ms each on that machine, so a
-molecule training loop, whose every batch has its own atom count, got slower with it.
+oneDNN prepares a kernel per new shape (0.78 ms per (M, 128) x (128, 128) product of a
+new M on that machine, in a one-off measurement), so a molecule training loop, whose
+every batch has its own atom count, got slower with it.
 """
 
 from __future__ import annotations

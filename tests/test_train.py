@@ -92,8 +92,8 @@ def test_masked_loss_ignores_missing_labels(task):
 
 
 def test_batch_size_of_runs_saved_without_one():
-    """Runs saved before the batch size defaulted to 64 stored None: resuming them keeps
-    the rule they trained with."""
+    """Runs saved before the batch size defaulted to 64 stored None, which ``fit`` reads
+    as the rule they trained with; new runs store 64."""
     assert st.legacy_batch_size(500) == 32 and st.legacy_batch_size(6000) == 64
     assert st.TrainConfig().batch_size == 64
 
