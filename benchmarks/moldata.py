@@ -3,7 +3,7 @@
 Run:  .venv/bin/python benchmarks/moldata.py [--rows 2048] [--workers 2]
 
 The first ``--rows`` Tox21 rows (datasets/molecules/tox21.csv), featurised as ``setattn
-train`` does (bond graph + RDKit descriptors) by ``setattn.moldata.featurize_csv``:
+train`` does (bond graph + RDKit descriptors) by ``setattn.molprop.featurize.featurize_csv``:
 
   featurise, 1 process    cache off, SETATTN_FEATURIZE_WORKERS=0
   featurise, pool         cache off, SETATTN_FEATURIZE_WORKERS=--workers
@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from util import load_average, print_table  # noqa: E402
 
 from setattn.data import DATASETS_DIR, TOX21_TASKS  # noqa: E402
-from setattn.moldata import PackedMolecules, collate_molecules, featurize_csv  # noqa: E402
-from setattn.train import descriptor_count  # noqa: E402
+from setattn.domains.descriptors import descriptor_count  # noqa: E402
+from setattn.molprop.batching import PackedMolecules, collate_molecules  # noqa: E402
+from setattn.molprop.featurize import featurize_csv  # noqa: E402
 
 
 def _subset(rows: int, folder: Path) -> Path:

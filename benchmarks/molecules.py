@@ -4,11 +4,11 @@ Run:  .venv/bin/python benchmarks/molecules.py                  (all sets, seeds
       .venv/bin/python benchmarks/molecules.py --datasets freesolv --seeds 0
 
 Both tools train with their default settings on the same CSV and the same random
-80/10/10 split: the split is ``setattn.splits.random(n, (0.8, 0.1, 0.1), seed)``, which
+80/10/10 split: the split is ``setattn.molprop.splits.random(n, (0.8, 0.1, 0.1), seed)``, which
 ``setattn train --split random --seed S`` uses, handed to chemprop as a split column.
 Rows whose SMILES RDKit cannot parse are dropped first (chemprop stops at the first
 such row; Tox21 has 8). Both test metrics are computed by the same code
-(``setattn.train.evaluate``) from each tool's test predictions. Wall time is the whole
+(``setattn.molprop.metrics.evaluate``) from each tool's test predictions. Wall time is the whole
 ``train`` command (featurisation with setattn's feature cache off, training, evaluation),
 measured here. Training throughput is training molecules x epochs run / training seconds:
 for setattn ``train_seconds`` from ``metrics.json`` (the wall time of ``fit``: set-up,
@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from rdkit import Chem, RDLogger
 
-from setattn import splits
-from setattn.train import evaluate
+from setattn.molprop import splits
+from setattn.molprop.metrics import evaluate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from util import load_average  # noqa: E402

@@ -1,14 +1,16 @@
-"""Writing files so that readers never see half of one."""
+"""Writing files so that readers never see half of one; JSON without NaN."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open"]
+__all__ = ["atomic_open", "json_safe", "write_json"]
 
 
 @contextmanager
@@ -41,3 +43,22 @@ def atomic_open(path: str | Path, mode: str = "w", *, sync: bool = True,
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def json_safe(obj: Any) -> Any:
+    """Floats stay floats, NaN and infinities become None (JSON has neither); dicts,
+    lists and tuples recurse."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(obj: Any, path: str | Path) -> None:
+    """``obj`` as indented JSON (``json_safe``), written atomically."""
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        json.dump(json_safe(obj), handle, indent=2)
+        handle.write("\n")

@@ -7,7 +7,8 @@ import torch
 from molecule_runs import TINY, freesolv_slice, run
 
 from setattn import cli, viz
-from setattn import train as st
+from setattn.molprop import checkpoint
+from setattn.molprop.explain import explain_molecule
 
 
 @pytest.fixture(autouse=True)
@@ -48,8 +49,8 @@ def test_explain_svg_of_a_salt(trained, tmp_path, capsys):
 
 
 def test_attention_weights_per_head_sum_to_one(trained):
-    model = st.load_run(trained)[0][0]
-    weights, prediction = cli.explain_molecule(model, "OCC(N)c1ccncc1")
+    model = checkpoint.load_run(trained)[0][0]
+    weights, prediction = explain_molecule(model, "OCC(N)c1ccncc1")
     assert weights.shape == (10, 2) and prediction.shape == (1,)
     assert torch.allclose(weights.sum(0), torch.ones(2))
     assert (weights >= 0).all()

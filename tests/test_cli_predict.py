@@ -10,7 +10,8 @@ from molecule_runs import BAD_ROWS, BAD_SMILES_CSV, TINY, TOX21_TASKS, read_csv,
 from torch_geometric.data import Batch
 
 from setattn import cli
-from setattn import train as st
+from setattn.molprop import checkpoint, featurize
+from setattn.molprop.predict import predict_csv
 
 
 @pytest.fixture(autouse=True)
@@ -57,9 +58,9 @@ def test_predictions_equal_the_ensemble_mean(ensemble, tmp_path, capsys):
     output = tmp_path / "preds.csv"
     assert run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
                 "--output", output], capsys)[0] == 0
-    models, _ = st.load_run(ensemble)
+    models, _ = checkpoint.load_run(ensemble)
     smiles = read_csv(BAD_SMILES_CSV)[1]["smiles"]
-    data = st.featurize(smiles, models[0].config.descriptor_dim)
+    data = featurize.featurize(smiles, models[0].config.descriptor_dim)
     each = torch.stack([m.predict(Batch.from_data_list([data]))[0] for m in models])  # (K, T)
     row = read_csv(output)[1]
     assert float(row["logS"]) == pytest.approx(each.mean(0).item(), rel=1e-5)
@@ -68,10 +69,10 @@ def test_predictions_equal_the_ensemble_mean(ensemble, tmp_path, capsys):
 
 
 def test_chunks_give_the_same_file(ensemble, tmp_path):
-    models, meta = st.load_run(ensemble)
+    models, meta = checkpoint.load_run(ensemble)
     whole, chunked = tmp_path / "whole.csv", tmp_path / "chunked.csv"
-    cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, whole, "smiles")
-    counts = cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, chunked,
+    predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, whole, "smiles")
+    counts = predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, chunked,
                              "smiles", chunk_rows=4)
     assert counts == {"rows": 41, "errors": 5}
     a, b = read_csv(whole), read_csv(chunked)
@@ -87,10 +88,10 @@ def test_chunks_give_the_same_file(ensemble, tmp_path):
 
 def test_workers_give_the_same_file(ensemble, tmp_path, capsys):
     """3 worker processes on 11 chunks of 4 rows write the file one process writes."""
-    models, meta = st.load_run(ensemble)
+    models, meta = checkpoint.load_run(ensemble)
     one, three = tmp_path / "one.csv", tmp_path / "three.csv"
-    cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, one, "smiles", chunk_rows=4)
-    counts = cli.predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, three, "smiles",
+    predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, one, "smiles", chunk_rows=4)
+    counts = predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, three, "smiles",
                              chunk_rows=4, workers=3)
     assert counts == {"rows": 41, "errors": 5}
     assert three.read_bytes() == one.read_bytes()

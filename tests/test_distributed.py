@@ -11,8 +11,10 @@ import pytest
 import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
-from setattn import cli, distributed
-from setattn import train as st
+from setattn import cli
+from setattn.cli.train import run_config_from_args
+from setattn.molprop import distributed
+from setattn.molprop.run import run_training
 
 # 96 training molecules in global batches of 19: shares of 10 and 9 molecules, and a
 # last global batch of 1 molecule, where rank 1 only pads (its loss weighted by zero).
@@ -95,7 +97,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path, capsys):
 def test_shard_losses_average_to_the_global_loss(padding):
     """Two ranks' ``shard_loss`` gradients, averaged as DDP does, equal the gradient of
     ``masked_loss`` on the whole batch (with missing labels and uneven shares)."""
-    from setattn.train import masked_loss, shard_loss
+    from setattn.molprop.metrics import masked_loss, shard_loss
 
     g = torch.Generator().manual_seed(3)
     w = torch.randn(4, 2, generator=g, requires_grad=True)
@@ -131,7 +133,7 @@ def test_torchrun_resumes_a_single_process_run(tmp_path, capsys):
     args = cli.build_parser().parse_args(["train", "--data", str(data), "--output-dir",
                                           str(cut), *ARGS])
     with pytest.raises(_Interrupt):
-        st.run_training(cli.run_config_from_args(args), cut, callback=stop_after_epoch_2,
+        run_training(run_config_from_args(args), cut, callback=stop_after_epoch_2,
                         log=lambda line: None)
     torch.set_num_threads(1)
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
-from setattn import train as st
+from setattn.molprop import checkpoint, config
 
 # 64 training molecules in batches of 4: an epoch of 16 steps, long enough for epoch 2
 # to be caught in the middle by a SIGKILL sent as soon as epoch 1's checkpoint appears.
@@ -50,7 +50,8 @@ def test_sigkill_mid_epoch_resumes_losing_at_most_one_epoch(tmp_path, capsys):
     assert not (killed / "metrics.json").exists()  # it really died before the end
 
     # every epoch it reported finished is in the checkpoint: only the running one is lost
-    saved = st.load_checkpoint(killed / "model_0" / "last.pt", "training")["progress"]["epoch"]
+    last = checkpoint.load_checkpoint(killed / "model_0" / "last.pt", "training")
+    saved = last["progress"]["epoch"]
     reported = printed.count("model 0 epoch ")
     assert reported <= saved == 1  # (the kill may come between checkpoint and line)
 
@@ -88,7 +89,7 @@ def test_resume_refuses_truncated_and_foreign_training_checkpoints(tmp_path, cap
     status, _, err = run(["train", "--output-dir", out, "--resume"], capsys)
     assert status == 2 and f"{last}: not a setattn checkpoint (no 'setattn_format'" in err
 
-    st.save_checkpoint({"kind": "model", "config": {}, "state_dict": {}, "meta": {}}, last)
+    checkpoint.save_checkpoint({"kind": "model", "config": {}, "state_dict": {}, "meta": {}}, last)
     status, _, err = run(["train", "--output-dir", out, "--resume"], capsys)
     assert status == 2 and f"{last}: not a setattn training checkpoint (kind 'model'" in err
     assert not (out / "metrics.json").exists()
@@ -109,7 +110,7 @@ def test_resume_refuses_a_code_running_checkpoint_without_running_it(tmp_path, c
     out = _interrupted_run(tmp_path, capsys)
     last = out / "model_0" / "last.pt"
     marker = tmp_path / "executed"
-    evil = pickle.dumps({"setattn_format": st.FORMAT, "kind": "training",
+    evil = pickle.dumps({"setattn_format": config.FORMAT, "kind": "training",
                          "progress": _CreateOnUnpickle(marker)}, protocol=2)
     last.write_bytes(evil)
     status, _, err = run(["train", "--output-dir", out, "--resume"], capsys)

@@ -34,10 +34,17 @@ from torch_geometric.data import Batch
 
 from setattn import cli
 from setattn.data import DATASETS_DIR
-from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM, InvalidSmilesError
-from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
+from setattn.domains.descriptors import descriptor_count
+from setattn.domains.molecules import (
+    ATOM_FEATURE_DIM,
+    BOND_FEATURE_DIM,
+    InvalidSmilesError,
+    rdkit_descriptors,
+)
+from setattn.molprop.featurize import featurize
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.predict import predict_csv
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool
-from setattn.train import descriptor_count, featurize, rdkit_descriptors
 
 _FUZZ = settings(derandomize=True, database=None, deadline=5000,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -186,7 +193,7 @@ def test_predict_keeps_every_row_in_order(records, chunk_rows, workers):
         data, output = Path(tmp) / "in.csv", Path(tmp) / "out.csv"
         with open(data, "w", newline="", encoding="utf-8") as handle:
             csv.writer(handle).writerows([["id", "smiles"], *records])
-        counts = cli.predict_csv(ENSEMBLE, ["y"], data, output, "smiles",
+        counts = predict_csv(ENSEMBLE, ["y"], data, output, "smiles",
                                  chunk_rows=chunk_rows, workers=workers)
         with open(output, newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))

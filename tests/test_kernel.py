@@ -11,9 +11,10 @@ import torch
 from molecule_runs import freesolv_slice, read_csv, run, tox21_slice, train_tiny
 from torch_geometric.loader import DataLoader
 
-from setattn.models.kernel import CLIP, RIDGES, KernelRidge, _loo_fits
-from setattn.models.molecule import KERNEL_BLEND, MoleculeModel, MoleculeModelConfig
-from setattn.train import featurize, load_run
+from setattn.molprop.checkpoint import load_run
+from setattn.molprop.featurize import featurize
+from setattn.molprop.kernel import CLIP, RIDGES, KernelRidge, _loo_fits
+from setattn.molprop.model import KERNEL_BLEND, MoleculeModel, MoleculeModelConfig
 
 
 def _problem(m: int = 30, f: int = 6, t: int = 2, seed: int = 0):

@@ -1,8 +1,8 @@
 """Cached, parallel featurisation and fast batching give what the plain path gives.
 
-References: ``load_molecule_csv`` + ``add_descriptors`` for ``featurize_csv`` (every field
-of every molecule, and the failures), PyG's ``Batch.from_data_list`` for
-``collate_molecules``.
+References: ``load_molecule_csv`` + ``rdkit_descriptors`` (a parse of its own) for
+``featurize_csv`` (every field of every molecule, and the failures), PyG's
+``Batch.from_data_list`` for ``collate_molecules``.
 """
 
 import math
@@ -12,8 +12,10 @@ import torch
 from torch_geometric.data import Batch
 
 from setattn.data import load_molecule_csv
-from setattn.moldata import PackedMolecules, cache_dir, collate_molecules, featurize_csv
-from setattn.train import add_descriptors, descriptor_count
+from setattn.domains.descriptors import descriptor_count
+from setattn.domains.molecules import rdkit_descriptors
+from setattn.molprop.batching import PackedMolecules, collate_molecules
+from setattn.molprop.featurize import cache_dir, featurize_csv
 
 ROWS = ["CCO,1.5,0", "C1CC,2,1", ",,1", "c1ccccc1,,0", "CC(=O)[O-].[Na+],0.25,1",
         "C,3,0", "N#Cc1ccc(cc1)/C=C/Cl,-1,", "C[C@H](N)C(=O)O,0.5,1"]
@@ -44,7 +46,10 @@ def test_featurize_csv_equals_plain_path_and_cache(tmp_path, monkeypatch, descri
     path = _write(tmp_path / "mols.csv")
     dim = descriptor_count() if descriptors else 0
     ref = load_molecule_csv(path, "smiles", ["logp", "active"])
-    ref_data = [add_descriptors(d, dim) for d in ref.data]
+    ref_data = ref.data
+    for d in ref_data:
+        if dim:
+            d.descriptors = rdkit_descriptors(d.smiles)
     first = featurize_csv(path, "smiles", ["logp", "active"], dim)
     assert len(list(cache_dir().glob("*.pt"))) == 1
     again = featurize_csv(path, "smiles", ["logp", "active"], dim)
@@ -97,7 +102,7 @@ def test_cache_off_and_corrupt_entries(tmp_path, monkeypatch):
 def test_process_pool_keeps_file_order(tmp_path, monkeypatch):
     monkeypatch.setenv("SETATTN_CACHE_DIR", "off")
     monkeypatch.setenv("SETATTN_FEATURIZE_WORKERS", "2")
-    monkeypatch.setattr("setattn.moldata._CHUNK", 3)  # several chunks per worker
+    monkeypatch.setattr("setattn.molprop.featurize._CHUNK", 3)  # several chunks per worker
     path = _write(tmp_path / "mols.csv", ROWS * 3)
     got = featurize_csv(path, "smiles", ["logp", "active"])
     ref = load_molecule_csv(path, "smiles", ["logp", "active"])

@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from setattn import splits
 from setattn.data import DATASETS_DIR
+from setattn.molprop import splits
 
 SIZES = (0.8, 0.1, 0.1)
 

@@ -14,8 +14,11 @@ import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, tox21_slice
 
 from setattn import cli
-from setattn import train as st
-from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
+from setattn.cli import train as cli_train
+from setattn.cli.train import run_config_from_args
+from setattn.molprop import checkpoint, config, loop, metrics
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.run import run_training
 
 
 @pytest.fixture(autouse=True)
@@ -42,16 +45,16 @@ def test_roc_auc_matches_pairwise_definition_with_ties(seed):
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, 37)
     s = rng.integers(0, 5, 37) / 4.0  # many ties
-    assert st.roc_auc(y, s) == pytest.approx(_pairwise_auc(y, s), abs=1e-12)
+    assert metrics.roc_auc(y, s) == pytest.approx(_pairwise_auc(y, s), abs=1e-12)
 
 
 def test_roc_and_pr_auc_known_values():
     y, s = np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])
-    assert st.roc_auc(y, s) == pytest.approx(0.75)
-    assert st.average_precision(y, s) == pytest.approx((1 + 2 / 3) / 2)  # 0.8333
-    assert st.roc_auc(np.array([1, 1]), np.array([0.2, 0.3])) != st.roc_auc(y, s)  # NaN
-    assert math.isnan(st.roc_auc(np.array([1, 1]), np.array([0.2, 0.3])))
-    assert st.average_precision(np.array([1, 0, 1]), np.array([0.9, 0.8, 0.7])) == \
+    assert metrics.roc_auc(y, s) == pytest.approx(0.75)
+    assert metrics.average_precision(y, s) == pytest.approx((1 + 2 / 3) / 2)  # 0.8333
+    assert metrics.roc_auc(np.array([1, 1]), np.array([0.2, 0.3])) != metrics.roc_auc(y, s)  # NaN
+    assert math.isnan(metrics.roc_auc(np.array([1, 1]), np.array([0.2, 0.3])))
+    assert metrics.average_precision(np.array([1, 0, 1]), np.array([0.9, 0.8, 0.7])) == \
         pytest.approx((1 + 2 / 3) / 2)
 
 
@@ -59,7 +62,7 @@ def test_classification_metrics_mask_missing_labels():
     nan = float("nan")
     y = torch.tensor([[1.0, nan], [0.0, 1.0], [1.0, 1.0], [0.0, nan]])  # task b: one class
     p = torch.tensor([[0.9, 0.1], [0.2, 0.5], [0.6, 0.7], [0.7, 0.3]])
-    m = st.classification_metrics(y, p, ["a", "b"])
+    m = metrics.classification_metrics(y, p, ["a", "b"])
     assert m["per_task"]["a"]["roc_auc"] == pytest.approx(0.75)
     assert math.isnan(m["per_task"]["b"]["roc_auc"])
     assert m["roc_auc"] == pytest.approx(0.75)  # b left out of the mean
@@ -69,7 +72,7 @@ def test_regression_metrics():
     nan = float("nan")
     y = torch.tensor([[1.0, 2.0], [2.0, nan], [3.0, 4.0]])
     p = torch.tensor([[1.5, 2.0], [2.0, 100.0], [2.5, 5.0]])
-    m = st.regression_metrics(y, p, ["u", "v"])
+    m = metrics.regression_metrics(y, p, ["u", "v"])
     assert m["per_task"]["u"]["rmse"] == pytest.approx(math.sqrt(0.5 / 3))
     assert m["per_task"]["u"]["mae"] == pytest.approx(1 / 3)
     assert m["per_task"]["u"]["r2"] == pytest.approx(1 - 0.5 / 2)
@@ -81,21 +84,21 @@ def test_regression_metrics():
 def test_masked_loss_ignores_missing_labels(task):
     out = torch.randn(5, 3, requires_grad=True)
     y = torch.tensor([[1.0, 0.0, float("nan")]] * 5)
-    loss = st.masked_loss(out, y, task)
+    loss = metrics.masked_loss(out, y, task)
     loss.backward()
     assert torch.isfinite(loss)
     assert torch.all(out.grad[:, 2] == 0) and torch.all(out.grad[:, :2] != 0)
-    full = st.masked_loss(out[:, :2], y[:, :2], task)
+    full = metrics.masked_loss(out[:, :2], y[:, :2], task)
     assert loss.item() == pytest.approx(full.item())
-    empty = st.masked_loss(out, torch.full((5, 3), float("nan")), task)
+    empty = metrics.masked_loss(out, torch.full((5, 3), float("nan")), task)
     assert empty.item() == 0.0 and empty.requires_grad
 
 
 def test_batch_size_of_runs_saved_without_one():
     """Runs saved before the batch size defaulted to 64 stored None, which ``fit`` reads
     as the rule they trained with; new runs store 64."""
-    assert st.legacy_batch_size(500) == 32 and st.legacy_batch_size(6000) == 64
-    assert st.TrainConfig().batch_size == 64
+    assert config.legacy_batch_size(500) == 32 and config.legacy_batch_size(6000) == 64
+    assert config.TrainConfig().batch_size == 64
 
 
 # ----------------------------------------------------------------------------
@@ -114,8 +117,8 @@ def _model_payload(model: MoleculeModel) -> dict:
 
 def test_checkpoint_round_trip(tmp_path):
     model = _tiny_model()
-    path = st.save_checkpoint(_model_payload(model), tmp_path / "best.pt")
-    loaded, meta = st.load_model(path)
+    path = checkpoint.save_checkpoint(_model_payload(model), tmp_path / "best.pt")
+    loaded, meta = checkpoint.load_model(path)
     assert meta["target_columns"] == ["y"]
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value)
@@ -159,13 +162,13 @@ def test_malicious_pickle_is_refused_and_not_executed(tmp_path):
     zip_path, raw_path = tmp_path / "evil.pt", tmp_path / "evil.pkl"
     torch.save({"setattn_format": 1, "kind": "model", "x": _Payload(marker)}, zip_path)
     raw_path.write_bytes(pickle.dumps({"setattn_format": 1, "x": _Payload(marker)}))
-    with pytest.raises(st.CheckpointError, match="evil.pt: not a setattn checkpoint: "
+    with pytest.raises(checkpoint.CheckpointError, match="evil.pt: not a setattn checkpoint: "
                        r"loading it would run code \(exec\)"):
-        st.load_checkpoint(zip_path)
+        checkpoint.load_checkpoint(zip_path)
     assert not marker.exists()
-    with pytest.raises(st.CheckpointError, match="evil.pkl: not a setattn checkpoint.*"
+    with pytest.raises(checkpoint.CheckpointError, match="evil.pkl: not a setattn checkpoint.*"
                        "nothing was executed"):
-        st.load_checkpoint(raw_path)
+        checkpoint.load_checkpoint(raw_path)
     assert not marker.exists()
     # the payload is live: an unrestricted load would have run it
     torch.load(zip_path, weights_only=False)
@@ -174,39 +177,40 @@ def test_malicious_pickle_is_refused_and_not_executed(tmp_path):
 
 def test_foreign_checkpoints_are_refused(tmp_path):
     model = _tiny_model()
-    good = st.save_checkpoint(_model_payload(model), tmp_path / "best.pt")
+    good = checkpoint.save_checkpoint(_model_payload(model), tmp_path / "best.pt")
 
     plain = tmp_path / "plain.pt"
     torch.save(model.state_dict(), plain)  # someone else's weights: no marker
-    with pytest.raises(st.CheckpointError, match="plain.pt.*no 'setattn_format' marker"):
-        st.load_checkpoint(plain)
+    with pytest.raises(checkpoint.CheckpointError, match="plain.pt.*no 'setattn_format' marker"):
+        checkpoint.load_checkpoint(plain)
 
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good.read_bytes()[:1000])
-    with pytest.raises(st.CheckpointError, match="truncated.pt: not a setattn checkpoint"):
-        st.load_checkpoint(truncated)
+    with pytest.raises(checkpoint.CheckpointError, match="truncated.pt: not a setattn checkpoint"):
+        checkpoint.load_checkpoint(truncated)
 
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"hello, world\n")
-    with pytest.raises(st.CheckpointError, match="garbage.pt"):
-        st.load_checkpoint(garbage)
+    with pytest.raises(checkpoint.CheckpointError, match="garbage.pt"):
+        checkpoint.load_checkpoint(garbage)
 
-    with pytest.raises(st.CheckpointError, match="best.pt: not a setattn training checkpoint"):
-        st.load_checkpoint(good, "training")  # right format, wrong kind
+    with pytest.raises(checkpoint.CheckpointError,
+                       match="best.pt: not a setattn training checkpoint"):
+        checkpoint.load_checkpoint(good, "training")  # right format, wrong kind
 
     wrong = tmp_path / "wrong.pt"
     payload = _model_payload(model)
     payload["config"] = {**payload["config"], "hidden": 16}  # weights of another shape
-    st.save_checkpoint(payload, wrong)
-    with pytest.raises(st.CheckpointError, match="wrong.pt: the weights do not match"):
-        st.load_model(wrong)
+    checkpoint.save_checkpoint(payload, wrong)
+    with pytest.raises(checkpoint.CheckpointError, match="wrong.pt: the weights do not match"):
+        checkpoint.load_model(wrong)
 
     with pytest.raises(FileNotFoundError, match="missing.pt"):
-        st.load_checkpoint(tmp_path / "missing.pt")
+        checkpoint.load_checkpoint(tmp_path / "missing.pt")
 
 
 def test_failed_checkpoint_write_keeps_the_old_file(tmp_path, monkeypatch):
-    path = st.save_checkpoint(_model_payload(_tiny_model()), tmp_path / "best.pt")
+    path = checkpoint.save_checkpoint(_model_payload(_tiny_model()), tmp_path / "best.pt")
     before = path.read_bytes()
 
     def broken_save(obj, handle):
@@ -215,7 +219,7 @@ def test_failed_checkpoint_write_keeps_the_old_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        st.save_checkpoint(_model_payload(_tiny_model()), path)
+        checkpoint.save_checkpoint(_model_payload(_tiny_model()), path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]
 
@@ -266,7 +270,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
         ["train", "--output-dir", str(tmp_path / "cut"), *map(str, args)])
     torch.set_num_threads(1)
     with pytest.raises(_Interrupt):
-        st.run_training(cli.run_config_from_args(parser_args), tmp_path / "cut",
+        run_training(run_config_from_args(parser_args), tmp_path / "cut",
                         callback=interrupt, log=lambda line: None)
     assert not (tmp_path / "cut" / "metrics.json").exists()
     assert len(read_csv(tmp_path / "cut" / "log.csv")) == 5  # 3 + 2 epochs saved
@@ -284,22 +288,22 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
     m_cut = json.loads((tmp_path / "cut" / "metrics.json").read_text())
     assert m_cut["test"] == m_whole["test"] and m_cut["val"] == m_whole["val"]
     for k in range(2):
-        a = st.load_model(tmp_path / "whole" / f"model_{k}" / "best.pt")[0].state_dict()
-        b = st.load_model(tmp_path / "cut" / f"model_{k}" / "best.pt")[0].state_dict()
+        a = checkpoint.load_model(tmp_path / "whole" / f"model_{k}" / "best.pt")[0].state_dict()
+        b = checkpoint.load_model(tmp_path / "cut" / f"model_{k}" / "best.pt")[0].state_dict()
         assert all(torch.equal(a[key], b[key]) for key in a)
 
 
 def _last_pt_writes(monkeypatch) -> list[int]:
     """The epoch of every ``last.pt`` written from now on, in order."""
     epochs = []
-    save = st.save_checkpoint
+    save = checkpoint.save_checkpoint
 
     def counting(payload, path):
         if Path(path).name == "last.pt":
             epochs.append(payload["progress"]["epoch"])
         return save(payload, path)
 
-    monkeypatch.setattr(st, "save_checkpoint", counting)
+    monkeypatch.setattr(loop, "save_checkpoint", counting)
     return epochs
 
 
@@ -333,7 +337,7 @@ def test_ctrl_c_mid_epoch_keeps_the_last_finished_epoch(tmp_path, capsys, monkey
 
     epochs = _last_pt_writes(monkeypatch)
     steps = []
-    loss = st.masked_loss
+    loss = metrics.masked_loss
 
     def interrupted_loss(out, y, task):  # 4 steps per epoch: the 10th is in epoch 3
         steps.extend([None] if out.requires_grad else [])  # training steps, not validation
@@ -341,14 +345,14 @@ def test_ctrl_c_mid_epoch_keeps_the_last_finished_epoch(tmp_path, capsys, monkey
             raise _Interrupt
         return loss(out, y, task)
 
-    monkeypatch.setattr(st, "masked_loss", interrupted_loss)
+    monkeypatch.setattr(loop, "masked_loss", interrupted_loss)
     parser_args = cli.build_parser().parse_args(
         ["train", "--output-dir", str(tmp_path / "cut"), *map(str, args)])
     with pytest.raises(_Interrupt):
-        st.run_training(cli.run_config_from_args(parser_args), tmp_path / "cut",
+        run_training(run_config_from_args(parser_args), tmp_path / "cut",
                         log=lambda line: None, checkpoint_seconds=1e9)
     assert epochs == [2]
-    monkeypatch.setattr(st, "masked_loss", loss)
+    monkeypatch.setattr(loop, "masked_loss", loss)
 
     status, out, _ = run(["train", "--output-dir", tmp_path / "cut", "--resume"], capsys)
     assert status == 0 and "model 0: resuming after epoch 2" in out
@@ -389,7 +393,7 @@ def test_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "run_training", interrupted)
+    monkeypatch.setattr(cli_train, "run_training", interrupted)
     status, _, err = run(["train", "--data", "x.csv", "--target-columns", "y",
                           "--output-dir", tmp_path / "run", "--num-threads", "1"], capsys)
     assert status == 130
@@ -405,18 +409,18 @@ def test_early_stopping_keeps_the_best_epoch(tmp_path, capsys, monkeypatch):
         calls.append(None)
         return {"rmse": float(len(calls)), "mae": 0.0, "r2": 0.0}  # 1, 2, 3, ...
 
-    monkeypatch.setattr(st, "evaluate", fake_evaluate)
+    monkeypatch.setattr(loop, "evaluate", fake_evaluate)
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     lines = []
     args = cli.build_parser().parse_args(
         ["train", "--data", str(data), "--target-columns", "expt", "--epochs", "10",
          "--patience", "2", "--output-dir", str(tmp_path / "run"), *TINY])
     torch.set_num_threads(1)
-    st.run_training(cli.run_config_from_args(args), tmp_path / "run", log=lines.append)
+    run_training(run_config_from_args(args), tmp_path / "run", log=lines.append)
     log = read_csv(tmp_path / "run" / "log.csv")
     assert [r["val_rmse"] for r in log] == ["1", "2", "3"]
     assert any("early stop after epoch 3" in line for line in lines)
-    model, meta = st.load_model(tmp_path / "run" / "model_0" / "best.pt")
+    model, meta = checkpoint.load_model(tmp_path / "run" / "model_0" / "best.pt")
     assert meta["epoch"] == 1
-    last = st.load_checkpoint(tmp_path / "run" / "model_0" / "last.pt", "training")
+    last = checkpoint.load_checkpoint(tmp_path / "run" / "model_0" / "last.pt", "training")
     assert last["progress"]["finished"] and last["progress"]["best_epoch"] == 1

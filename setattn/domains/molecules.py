@@ -38,6 +38,8 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import rdchem
 from torch_geometric.data import Data
 
+from setattn.domains.descriptors import mol_descriptors
+
 __all__ = [
     "ATOM_FEATURE_DIM",
     "BOND_FEATURE_DIM",
@@ -347,6 +349,7 @@ def mol_to_data(
     *,
     graph: Literal["bonds", "complete"] = "bonds",
     largest_fragment: bool = True,
+    descriptors: bool = False,
     row: int | None = None,
     source: str | None = None,
 ) -> Data:
@@ -359,6 +362,8 @@ def mol_to_data(
             with pairwise topological distances (see the module docstring).
         largest_fragment: keep only the largest fragment (drops counter-ions of
             salts and solvent molecules).
+        descriptors: also compute the RDKit 2D descriptors of the molecule
+            (``setattn.domains.descriptors``) from the same parse, as ``descriptors``.
         row: the file row the molecule came from, carried into errors.
         source: the file name it came from, carried into errors.
 
@@ -369,7 +374,8 @@ def mol_to_data(
         and for ``graph="bonds"``:
         ``edge_index`` (2, E) long, E = 2 * bonds, row 0 = source, row 1 = target;
         ``edge_attr`` (E, BOND_FEATURE_DIM) float32;
-        for ``graph="complete"``: ``dist`` (N * N,) long, target-major.
+        for ``graph="complete"``: ``dist`` (N * N,) long, target-major;
+        with ``descriptors``: ``descriptors`` (1, F_desc) float32.
         A single atom gives ``edge_index`` of shape (2, 0).
 
     Raises:
@@ -408,4 +414,15 @@ def mol_to_data(
         data.edge_index, data.edge_attr = _bond_graph(mol, has_stereo)
     else:
         data.dist = _distance_flat(mol)
+    if descriptors:  # last: it completes the ring information of ``mol`` in place
+        data.descriptors = mol_descriptors(mol)  # (1, F_desc)
     return data
+
+
+def rdkit_descriptors(smiles: str) -> torch.Tensor:
+    """RDKit 2D descriptors of a SMILES's largest fragment, (1, F_desc) float32.
+
+    Raises:
+        InvalidSmilesError: for an empty or unparsable SMILES.
+    """
+    return mol_descriptors(keep_largest_fragment(parse_smiles(smiles)))

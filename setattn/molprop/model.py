@@ -12,30 +12,11 @@ classification outputs are logits, one per task. The readout's attention weights
 (which atoms the molecule's summary looked at) are what ``setattn explain`` draws;
 they are recorded under the module path ``"pool"`` by ``setattn.capture()``.
 
-The optional kernel ridge (``setattn.models.kernel``) is fitted in closed form on the
+The optional kernel ridge (``setattn.molprop.kernel``) is fitted in closed form on the
 training molecules' descriptors before training; ``forward`` is the attention network
 alone (what training optimises), ``predict`` the mean of the two (``KERNEL_BLEND``).
-The weight was chosen on split seeds 3-8 (seeds 0-2 are the benchmark's and were not
-looked at). ``benchmarks/molecules.py --datasets freesolv esol --seeds 3 4 5 6 7 8
---skip-chemprop`` prints test RMSE, network / kernel / mean: FreeSolv 0.869 / 0.784 /
-0.794, ESOL 0.601 / 0.579 / 0.567. A weight chosen per run on the validation set (64
-and 113 molecules) did no better in a scratch experiment, which is not kept.
-
-The width (96) and the batch size (64, ``TrainConfig``) were chosen on the same seeds, at
-commit 34478ad, with ``benchmarks/molecules.py --seeds 3 4 5 6 7 8 --skip-chemprop
---setattn-flags "--hidden H --batch-size B"``: test RMSE of the blend (network alone),
-mean of the six seeds, and Tox21's mean ROC-AUC (batches of 64 for both widths):
-
-    hidden, batch   FreeSolv        ESOL            Tox21
-    128, 32         0.791 (0.859)   0.566 (0.600)   0.851 (hidden 128)
-    128, 64         0.800 (0.878)   0.559 (0.590)
-    96, 32          0.773 (0.813)   0.569 (0.612)
-    96, 64          0.775 (0.823)   0.564 (0.607)   0.851 (hidden 96)
-
-The differences are well inside the spread over seeds (0.19 FreeSolv, 0.06 ESOL, 0.02
-Tox21). The same runs trained 4841 vs 3257 FreeSolv and 3190 vs 2045 ESOL molecules per
-second at 96 x 64 vs 128 x 32 (on a machine shared with other jobs; the benchmark's
-throughput table is the measurement).
+How the blend weight, the width and the batch size were chosen, with the commands, is
+in ``benchmarks/results/defaults.md``.
 """
 
 from __future__ import annotations
@@ -48,7 +29,8 @@ from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
-from setattn.models.kernel import KernelRidge
+from setattn.molprop.kernel import KernelRidge
+from setattn.molprop.options import option
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool
 
 KERNEL_BLEND = 0.5
@@ -62,9 +44,7 @@ class MoleculeModelConfig:
     Attributes:
         num_tasks: T, targets predicted per molecule.
         task: "regression" or "classification" (T independent binary tasks).
-        hidden: D, atom state width (divisible by ``heads``). 96 rather than 128:
-            on split seeds 3-8 (not the benchmark's) it trained FreeSolv, ESOL and Tox21
-            as well, and faster (the module docstring has the numbers).
+        hidden: D, atom state width (divisible by ``heads``).
         layers: L, graph attention layers.
         heads: H, attention heads in each layer and in the readout.
         conv: "gatv2" or "gat".
@@ -79,12 +59,12 @@ class MoleculeModelConfig:
 
     num_tasks: int = 1
     task: str = "regression"
-    hidden: int = 96
-    layers: int = 3
-    heads: int = 4
+    hidden: int = option(96, "atom state width (divisible by --heads)", type=int)
+    layers: int = option(3, "graph attention layers", type=int)
+    heads: int = option(4, "attention heads per layer and in the readout", type=int)
     conv: str = "gatv2"
     norm: str = "none"
-    dropout: float = 0.0
+    dropout: float = option(0.0, "dropout in the head and on attention weights", type=float)
     descriptor_dim: int = 0
     atom_dim: int = ATOM_FEATURE_DIM
     bond_dim: int = BOND_FEATURE_DIM

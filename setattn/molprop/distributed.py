@@ -10,7 +10,7 @@ command runs as one ordinary process. Several machines work as with any torchrun
 (``--nnodes``, ``--rdzv-endpoint``); only rank 0 needs the output directory, except
 that ``--resume`` reads its ``config.json`` on every rank.
 
-How the trainer divides the work (see ``setattn.train.fit``):
+How the trainer divides the work (see ``setattn.molprop.loop.fit``):
 
 - every rank reads and featurises the whole data set and draws the same shuffle
   (same seed); each global batch of ``batch_size`` molecules is dealt out round

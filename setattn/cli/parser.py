@@ -1,0 +1,105 @@
+"""The ``setattn`` argument parser. ``train``'s settings come from the config dataclasses
+(``setattn.molprop.config.option``), so each flag is defined once, beside its default."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, Field
+
+from setattn.cli.process import DEFAULT_THREADS
+from setattn.molprop.config import RunConfig, TrainConfig
+from setattn.molprop.loop import CHECKPOINT_SECONDS
+from setattn.molprop.model import MoleculeModelConfig
+from setattn.molprop.options import flag_fields
+
+__all__ = ["DEFAULT_DESCRIPTORS", "build_parser", "run_flags"]
+
+DEFAULT_DESCRIPTORS = "rdkit"
+"""Descriptor set unless ``--descriptors`` says otherwise (how it was chosen:
+``benchmarks/results/defaults.md``)."""
+
+
+def run_flags() -> list[tuple[str, Field]]:
+    """Every ``train`` flag that is a config field, with where it lives in a
+    ``RunConfig``: "" the run itself, or its "train" or "model" settings."""
+    return ([("", f) for f in flag_fields(RunConfig)]
+            + [("train", f) for f in flag_fields(TrainConfig)]
+            + [("model", f) for f in flag_fields(MoleculeModelConfig)])
+
+
+def flag_name(name: str) -> str:
+    """``--split-sizes`` for the field ``split_sizes``."""
+    return "--" + name.replace("_", "-")
+
+
+def _default_text(f: Field) -> str:
+    default = f.default_factory() if f.default is MISSING else f.default
+    if default is None:
+        return ""
+    shown = " ".join(map(str, default)) if isinstance(default, list) else default
+    return f" (default: {shown})"
+
+
+def _add_config_flags(train: argparse.ArgumentParser) -> None:
+    """One flag per config field; left out, a flag is None (the default, or the run's
+    own setting with --resume)."""
+    for _, f in run_flags():
+        settings = {k: v for k, v in f.metadata.items() if k != "help"}
+        train.add_argument(flag_name(f.name), dest=f.name, default=None,
+                           help=f.metadata["help"] + _default_text(f), **settings)
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="train a model (or an ensemble) on a CSV of SMILES",
+                           description="Train on a CSV of SMILES and targets. Flags left out "
+                           "take the defaults shown; with --resume they come from the run.")
+    train.add_argument("--output-dir", required=True, help="run directory to write")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the interrupted run in --output-dir")
+    _add_config_flags(train)
+    train.add_argument("--descriptors", choices=["none", "rdkit"],
+                       help="append RDKit 2D descriptors to the readout (default: "
+                       f"{DEFAULT_DESCRIPTORS})")
+    train.add_argument("--checkpoint-seconds", type=float, default=CHECKPOINT_SECONDS,
+                       metavar="S", help="least training time between two writes of "
+                       "last.pt, which --resume continues from; it is also written at the "
+                       "end and on Ctrl-C or an error, so only a process killed outright "
+                       "loses up to S seconds of training (default: "
+                       f"{CHECKPOINT_SECONDS:g}; 0: after every epoch)")
+    _add_threads(train)
+
+
+def _add_threads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--num-threads", type=int, default=DEFAULT_THREADS,
+                        help=f"torch CPU threads (default: {DEFAULT_THREADS}; small molecule "
+                        "batches rarely gain from more)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``setattn`` argument parser with its three subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="setattn", description="Molecule property prediction with attention over atoms.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(sub)
+
+    predict = sub.add_parser("predict", help="predict the targets of a CSV of SMILES",
+                             description="One output row per input row, in order; an "
+                             "unparsable SMILES gets empty predictions and a message in the "
+                             "error column. An ensemble adds a <target>_std column per target.")
+    predict.add_argument("--model", required=True, help="run directory (or one best.pt)")
+    predict.add_argument("--data", required=True, help="CSV file with a header line")
+    predict.add_argument("--output", required=True, help="CSV file to write")
+    predict.add_argument("--smiles-column", help="default: the one the model was trained with")
+    predict.add_argument("--workers", type=int, default=1,
+                         help="processes featurising and predicting chunks in parallel "
+                         "(default: 1, this process alone); the output is the same")
+    _add_threads(predict)
+
+    explain = sub.add_parser("explain", help="draw which atoms the model's readout attended to")
+    explain.add_argument("--model", required=True, help="run directory (or one best.pt)")
+    explain.add_argument("--smiles", required=True, help="the molecule")
+    explain.add_argument("--output", required=True, help="picture to write, .png or .svg")
+    explain.add_argument("--heads", action="store_true",
+                         help="one panel per attention head after the mean over heads")
+    _add_threads(explain)
+    return parser

@@ -1,0 +1,96 @@
+"""``setattn train``: a run from flags (or the stored run with ``--resume``), trained."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from setattn.cli.parser import DEFAULT_DESCRIPTORS, flag_name, run_flags
+from setattn.domains.descriptors import descriptor_count
+from setattn.molprop import distributed
+from setattn.molprop.config import RunConfig
+from setattn.molprop.run import run_training
+
+__all__ = ["cmd_train", "resumed_run_config", "run_config_from_args"]
+
+
+def _section(run: RunConfig, section: str) -> object:
+    return run if not section else run.train if section == "train" else run.model
+
+
+def _flag_value(args: argparse.Namespace, name: str) -> object:
+    value = getattr(args, name)
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def run_config_from_args(args: argparse.Namespace) -> RunConfig:
+    """A new run from ``train`` flags, defaults where a flag is left out.
+
+    Raises:
+        ValueError: naming ``--data`` or ``--target-columns`` if missing.
+    """
+    for flag in ("data", "target_columns"):
+        if getattr(args, flag) is None:
+            raise ValueError(f"argument {flag_name(flag)} is required (unless --resume)")
+    run = RunConfig(data=args.data, target_columns=list(args.target_columns))
+    # the seed flag seeds the split and the models alike
+    run.train.seed = args.seed if args.seed is not None else run.train.seed
+    for section, f in run_flags():
+        value = _flag_value(args, f.name)
+        if value is not None:
+            setattr(_section(run, section), f.name, value)
+    descriptors = args.descriptors or DEFAULT_DESCRIPTORS
+    run.model.descriptor_dim = descriptor_count() if descriptors == "rdkit" else 0
+    run.model.num_tasks = len(run.target_columns)
+    run.model.task = run.task
+    return run
+
+
+def resumed_run_config(args: argparse.Namespace, config_path: Path) -> RunConfig:
+    """The run stored in ``config_path``; a flag given with another value is an error."""
+    run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+    for section, f in run_flags():
+        value = _flag_value(args, f.name)
+        if value is None:
+            continue
+        stored = getattr(_section(run, section), f.name)
+        same = (Path(value).resolve() == Path(stored).resolve() if f.name == "data"
+                else value == stored)
+        if not same:
+            raise ValueError(f"argument {flag_name(f.name)}: {value} differs from {stored} in "
+                             f"{config_path}; --resume continues a run with the settings it "
+                             f"started with")
+    if args.descriptors is not None and (args.descriptors == "rdkit") != bool(
+            run.model.descriptor_dim):
+        raise ValueError(f"argument --descriptors: {args.descriptors} differs from the run in "
+                         f"{config_path}")
+    return run
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train; print the test metrics. Returns the exit status."""
+    out = Path(args.output_dir)
+    config_path = out / "config.json"
+    if args.resume:
+        if not config_path.is_file():
+            raise FileNotFoundError(f"argument --resume: {out} holds no run to resume "
+                                    f"(no config.json)")
+        run = resumed_run_config(args, config_path)
+    else:
+        if config_path.is_file():
+            raise ValueError(f"argument --output-dir: {out} already holds a run; pass --resume "
+                             f"to continue it, or choose another directory")
+        run = run_config_from_args(args)
+    distributed.barrier()  # under torchrun: every rank has checked out/ before rank 0 writes
+    metrics = run_training(run, out, resume=args.resume,
+                           checkpoint_seconds=args.checkpoint_seconds)
+    if not distributed.world().is_main:
+        return 0
+    test = metrics["test"]
+    if run.task == "regression":
+        summary = f"test RMSE {test['rmse']:.4f}  MAE {test['mae']:.4f}  R2 {test['r2']:.4f}"
+    else:
+        summary = f"test ROC-AUC {test['roc_auc']:.4f}  PR-AUC {test['pr_auc']:.4f}"
+    print(f"{summary}  ({metrics['wall_time_s']:.1f} s; results in {out}/metrics.json)")
+    return 0

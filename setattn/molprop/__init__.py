@@ -1,0 +1,60 @@
+"""Molecule property prediction: the product behind ``setattn train / predict / explain``.
+
+The modules, in the order data flows through them:
+
+- ``config``: ``RunConfig`` / ``TrainConfig``, every setting with its default, check
+  and command-line flag; ``model``: ``MoleculeModel`` and ``MoleculeModelConfig``;
+  ``kernel``: the descriptor kernel ridge blended into small regression sets.
+- ``featurize``: SMILES and CSVs -> ``Data`` (cached, parallel); ``batching``: the one
+  batcher; ``splits``: random, scaffold and k-fold splits.
+- ``metrics``: masked losses and metrics; ``checkpoint``: the safe checkpoint format;
+  ``loop``: ``fit`` one model; ``run``: ``run_training``, a whole run directory;
+  ``distributed``: torchrun support.
+- ``predict``: predictions, streamed from CSVs of any size; ``explain``: the readout's
+  attention over atoms.
+
+Submodules keep their own names (``setattn.molprop.featurize.featurize``,
+``setattn.molprop.predict.predict``): the package exports no function named like one.
+"""
+
+from setattn.molprop.batching import PackedMolecules, batches, collate_molecules
+from setattn.molprop.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_model,
+    load_run,
+    save_checkpoint,
+)
+from setattn.molprop.config import KERNEL_MAX_TRAIN, RunConfig, TrainConfig
+from setattn.molprop.explain import explain_molecule
+from setattn.molprop.featurize import featurize_csv
+from setattn.molprop.loop import CHECKPOINT_SECONDS, DivergedError, FitResult, fit
+from setattn.molprop.metrics import evaluate
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.predict import predict_csv
+from setattn.molprop.run import run_training
+
+__all__ = [
+    "CHECKPOINT_SECONDS",
+    "KERNEL_MAX_TRAIN",
+    "CheckpointError",
+    "DivergedError",
+    "FitResult",
+    "MoleculeModel",
+    "MoleculeModelConfig",
+    "PackedMolecules",
+    "RunConfig",
+    "TrainConfig",
+    "batches",
+    "collate_molecules",
+    "evaluate",
+    "explain_molecule",
+    "featurize_csv",
+    "fit",
+    "load_checkpoint",
+    "load_model",
+    "load_run",
+    "predict_csv",
+    "run_training",
+    "save_checkpoint",
+]

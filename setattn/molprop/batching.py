@@ -1,0 +1,154 @@
+"""The one molecule batcher: bond-graph molecules -> a PyG ``Batch``, fast.
+
+``collate_molecules`` batches molecules with a handful of tensor concatenations, the
+same ``Batch`` fields that PyG's generic collater builds (``x``, ``edge_index``,
+``edge_attr``, ``y``, ``descriptors``, ``batch``, ``ptr``, ``smiles``, ``row``) in a
+fraction of its time. ``PackedMolecules`` goes further for a training set that is
+batched every epoch: it concatenates the molecules once and cuts each batch out of the
+big tensors with index arithmetic (about a dozen tensor calls whatever the batch
+size), so loading never holds up the model. ``batches`` cuts a list into consecutive
+batches for prediction and validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, Data
+
+__all__ = ["PackedMolecules", "batches", "collate_molecules", "pack", "stacked_targets"]
+
+
+def pack(data: list[Data], descriptor_dim: int) -> dict:
+    """Molecules as concatenated tensors with per-molecule offsets (no Python objects)."""
+    nodes = torch.tensor([0] + [d.num_nodes for d in data]).cumsum(0)  # (M + 1,)
+    edges = torch.tensor([0] + [d.edge_index.shape[1] for d in data]).cumsum(0)  # (M + 1,)
+    packed = {
+        "x": torch.cat([d.x for d in data]) if data else torch.zeros(0, 0),  # (sum N, F)
+        "node_ptr": nodes,
+        "edge_index": torch.cat([d.edge_index for d in data], 1) if data
+        else torch.zeros(2, 0, dtype=torch.long),  # (2, sum E), local node numbers
+        "edge_attr": torch.cat([d.edge_attr for d in data]) if data else torch.zeros(0, 0),
+        "edge_ptr": edges,
+        "smiles": [d.smiles for d in data],
+    }
+    if descriptor_dim:
+        packed["descriptors"] = torch.cat([d.descriptors for d in data]) if data \
+            else torch.zeros(0, descriptor_dim)  # (M, F_desc)
+    return packed
+
+
+def collate_molecules(data: Sequence[Data]) -> Batch:
+    """A ``Batch`` of bond-graph molecules, built directly from their tensors.
+
+    Args:
+        data: molecules with ``x`` (N_m, F), ``edge_index`` (2, E_m), ``edge_attr``
+            (E_m, F_bond), and optionally ``y`` (1, T), ``descriptors`` (1, F_desc),
+            ``smiles`` and ``row`` (all molecules alike).
+
+    Returns:
+        ``Batch`` with ``x`` (N, F), ``edge_index`` (2, E) shifted to batch numbering,
+        ``edge_attr`` (E, F_bond), ``y`` (G, T), ``descriptors`` (G, F_desc),
+        ``batch`` (N,), ``ptr`` (G + 1,), ``row`` (G,) and the ``smiles`` list: the fields
+        and values of PyG's ``Batch.from_data_list`` for these molecules.
+    """
+    sizes = torch.tensor([d.num_nodes for d in data])  # (G,)
+    n_edges = torch.tensor([d.edge_index.shape[1] for d in data])  # (G,)
+    first = data[0]
+    return _assemble(
+        torch.cat([d.x for d in data]), torch.cat([d.edge_index for d in data], 1),
+        torch.cat([d.edge_attr for d in data]),
+        torch.cat([d.y for d in data]) if "y" in first else None, sizes, n_edges,
+        descriptors=(torch.cat([d.descriptors for d in data])
+                     if "descriptors" in first else None),
+        smiles=[d.smiles for d in data] if "smiles" in first else None,
+        row=torch.tensor([d.row for d in data]) if "row" in first else None)
+
+
+def _assemble(x: Tensor, local_edge_index: Tensor, edge_attr: Tensor, y: Tensor | None,
+              sizes: Tensor, n_edges: Tensor, *, descriptors: Tensor | None,
+              smiles: list[str] | None, row: Tensor | None) -> Batch:
+    """The ``Batch`` of G molecules from their concatenated tensors.
+
+    Args:
+        x: (N, F) atoms; local_edge_index: (2, E) with each molecule's own atom numbers;
+        edge_attr: (E, F_bond); y: (G, T); sizes: (G,) atoms and n_edges: (G,) edges
+        per molecule; descriptors: (G, F_desc); smiles: G strings; row: (G,).
+    """
+    ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])  # (G + 1,)
+    batch = Batch(
+        x=x, edge_attr=edge_attr, ptr=ptr,
+        # local -> batch numbering: shift by the first atom of each edge's molecule
+        edge_index=local_edge_index + ptr[:-1].repeat_interleave(n_edges),  # (2, E)
+        batch=torch.arange(sizes.numel()).repeat_interleave(sizes),  # (N,)
+    )
+    if y is not None:
+        batch.y = y
+    if descriptors is not None:
+        batch.descriptors = descriptors
+    if smiles is not None:
+        batch.smiles = smiles
+    if row is not None:
+        batch.row = row
+    batch._num_graphs = sizes.numel()
+    return batch
+
+
+class PackedMolecules:
+    """A molecule list concatenated once; ``batch(indices)`` cuts batches out of it.
+
+    Use as ``DataLoader(range(len(packed)), batch_sampler=..., collate_fn=packed.batch)``.
+
+    Args:
+        data: bond-graph molecules as for ``collate_molecules`` (all with or all
+            without ``descriptors``).
+    """
+
+    def __init__(self, data: Sequence[Data]) -> None:
+        data = list(data)
+        if not data:
+            raise ValueError("PackedMolecules needs at least one molecule")
+        descriptor_dim = data[0].descriptors.shape[1] if "descriptors" in data[0] else 0
+        self._packed = pack(data, descriptor_dim)
+        self._y = torch.cat([d.y for d in data])  # (M, T)
+        self._row = torch.tensor([d.row for d in data]) if "row" in data[0] else None  # (M,)
+        ptr = self._packed["node_ptr"]
+        eptr = self._packed["edge_ptr"]
+        self._nodes = ptr[1:] - ptr[:-1]  # (M,) atoms per molecule
+        self._edges = eptr[1:] - eptr[:-1]  # (M,) edges per molecule
+
+    def __len__(self) -> int:
+        return self._y.shape[0]
+
+    def batch(self, indices: Sequence[int]) -> Batch:
+        """The ``Batch`` of molecules ``indices``, equal to ``collate_molecules`` of them."""
+        p = self._packed
+        idx = torch.as_tensor(indices, dtype=torch.long)  # (G,)
+        sizes, n_edges = self._nodes[idx], self._edges[idx]  # (G,), (G,)
+        ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])  # (G + 1,) in the batch
+        eptr = torch.cat([n_edges.new_zeros(1), n_edges.cumsum(0)])  # (G + 1,)
+        # node / edge k of the batch is node / edge (start of its molecule in the store
+        # - start in the batch + k)
+        nodes = (p["node_ptr"][idx] - ptr[:-1]).repeat_interleave(sizes) \
+            + torch.arange(int(ptr[-1]))  # (N,)
+        edges = (p["edge_ptr"][idx] - eptr[:-1]).repeat_interleave(n_edges) \
+            + torch.arange(int(eptr[-1]))  # (E,)
+        return _assemble(
+            p["x"].index_select(0, nodes), p["edge_index"].index_select(1, edges),
+            p["edge_attr"].index_select(0, edges), self._y.index_select(0, idx), sizes, n_edges,
+            descriptors=p["descriptors"].index_select(0, idx) if "descriptors" in p else None,
+            smiles=[p["smiles"][i] for i in idx.tolist()],
+            row=self._row.index_select(0, idx) if self._row is not None else None)
+
+
+def batches(data: Sequence[Data], batch_size: int = 256) -> list[Batch]:
+    """``data`` in consecutive batches of ``batch_size`` (the last one shorter)."""
+    data = list(data)
+    return [collate_molecules(data[i:i + batch_size]) for i in range(0, len(data), batch_size)]
+
+
+def stacked_targets(data: Sequence[Data]) -> Tensor:
+    """(M, T) targets of the molecules, stacked (a (0, 1) tensor for none)."""
+    return torch.cat([d.y for d in data]) if data else torch.zeros(0, 1)

@@ -1,0 +1,169 @@
+"""The checkpoint format of molecule runs: what is saved, and how it is read back safely.
+
+A run directory holds ``config.json`` (the ``RunConfig``) and, per ensemble member k,
+``model_<k>/best.pt`` (the best-validation weights, for prediction) and
+``model_<k>/last.pt`` (the full training state, for ``--resume``).
+
+Checkpoints are plain dicts of tensors and JSON-like values with a format marker,
+written atomically (temporary file in the same folder, then ``os.replace``) and read
+with ``torch.load(..., weights_only=True)``: a file that is not ours is refused and
+never executes code.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from setattn.files import atomic_open
+from setattn.molprop.config import FORMAT, RunConfig
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+
+__all__ = ["CheckpointError", "build_model", "load_checkpoint", "load_model", "load_run",
+           "save_checkpoint", "snapshot"]
+
+
+class CheckpointError(ValueError):
+    """A file that is not a setattn checkpoint (or not the kind expected)."""
+
+
+def save_checkpoint(payload: dict, path: str | Path) -> Path:
+    """Write ``payload`` atomically: a temporary file in the same folder, then rename.
+
+    A crash while writing leaves the previous checkpoint untouched.
+
+    Args:
+        payload: a dict of tensors and JSON-like values (no other objects).
+        path: the checkpoint file.
+    """
+    with atomic_open(path, "wb") as handle:
+        torch.save({"setattn_format": FORMAT, **payload}, handle)
+    return path
+
+
+_REQUIRED = {
+    "model": ("kind", "config", "state_dict", "meta"),
+    "training": ("kind", "config", "state_dict", "optimizer", "scheduler", "rng", "progress"),
+}
+
+
+def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
+    """Read a checkpoint written by ``save_checkpoint``, refusing anything else.
+
+    Loading uses ``torch.load(..., weights_only=True)``: a pickle that would import
+    or call code is rejected before anything runs.
+
+    Args:
+        path: the file.
+        kind: "model" (best weights, for prediction) or "training" (resume state).
+
+    Returns:
+        The checkpoint dict.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist (naming it).
+        CheckpointError: naming ``path`` if it is not a setattn checkpoint of that kind.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:  # refused by the weights-only unpickler
+        code = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        if code:
+            raise CheckpointError(
+                f"{path}: not a setattn checkpoint: loading it would run code "
+                f"({code.group(1)}); refused by torch.load(weights_only=True), nothing was "
+                f"executed"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(err))
+        raise CheckpointError(
+            f"{path}: not a setattn checkpoint (torch.load(weights_only=True) refused it"
+            f"{': ' + detail.group(1).strip() if detail else ''}); nothing was executed"
+        ) from None
+    except Exception as err:  # truncated or not a torch file at all
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{path}: not a setattn checkpoint (unreadable by torch.load: {reason})"
+        ) from None
+    if not isinstance(ckpt, dict) or "setattn_format" not in ckpt:
+        raise CheckpointError(f"{path}: not a setattn checkpoint (no 'setattn_format' marker)")
+    if ckpt["setattn_format"] != FORMAT:
+        raise CheckpointError(f"{path}: checkpoint format {ckpt['setattn_format']!r} is not "
+                              f"{FORMAT}; it was written by another setattn version")
+    missing = [key for key in _REQUIRED[kind] if key not in ckpt]
+    if missing or ckpt.get("kind") != kind:
+        raise CheckpointError(f"{path}: not a setattn {kind} checkpoint "
+                              f"(kind {ckpt.get('kind')!r}, missing keys {missing})")
+    return ckpt
+
+
+def build_model(ckpt: dict, path: Path) -> MoleculeModel:
+    """A model from a checkpoint's config and weights; mismatches name the file."""
+    try:
+        model = MoleculeModel(MoleculeModelConfig.from_dict(dict(ckpt["config"])))
+        state = dict(ckpt["state_dict"])
+        if model.kernel is None:  # saved before models had a blend weight: the network alone
+            state.setdefault("blend", model.blend.clone())
+        model.load_state_dict(state)
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise CheckpointError(
+            f"{path}: the weights do not match the model its config describes ({first})"
+        ) from None
+    return model.eval()
+
+
+def load_model(path: str | Path) -> tuple[MoleculeModel, dict]:
+    """A trained model (in eval mode) and its metadata from a ``best.pt`` file.
+
+    Returns:
+        (model, meta) with meta holding ``task``, ``target_columns``,
+        ``smiles_column``, ``epoch`` and ``val`` metrics.
+    """
+    path = Path(path)
+    ckpt = load_checkpoint(path, "model")
+    return build_model(ckpt, path), dict(ckpt["meta"])
+
+
+def load_run(path: str | Path) -> tuple[list[MoleculeModel], dict]:
+    """The ensemble of a run directory (or one ``best.pt`` file) for prediction.
+
+    Returns:
+        (models, meta): the K models in eval mode and the first one's metadata.
+
+    Raises:
+        FileNotFoundError: naming the folder or file that is missing.
+        CheckpointError: if a checkpoint is not ours.
+    """
+    path = Path(path)
+    if path.is_file():
+        model, meta = load_model(path)
+        return [model], meta
+    config_path = path / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(
+            f"argument --model: {path} is not a setattn run directory (no config.json)"
+        )
+    run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+    loaded = [load_model(path / f"model_{k}" / "best.pt") for k in range(run.ensemble_size)]
+    return [m for m, _ in loaded], loaded[0][1]
+
+
+def snapshot(obj: Any) -> Any:
+    """``obj`` with every tensor, dict and list in it copied (plain values shared): what
+    ``copy.deepcopy`` gives a checkpoint payload, faster (``benchmarks/results/defaults.md``)."""
+    if isinstance(obj, Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [snapshot(v) for v in obj]
+    return obj

@@ -1,0 +1,158 @@
+"""The settings of a molecule run, each in one place: its default, its check and its flag.
+
+``RunConfig`` is a whole ``setattn train`` run (saved as ``config.json``), holding a
+``TrainConfig`` (how each model is trained) and a ``MoleculeModelConfig`` (the
+architecture, in ``setattn.molprop.model``). A field made with ``option`` is also a
+command-line flag: ``setattn.cli`` builds the flag ``--name-with-dashes`` from the field,
+its help text and its default, so adding a setting is one line here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+from setattn.molprop import splits
+from setattn.molprop.model import MoleculeModelConfig
+from setattn.molprop.options import option
+
+__all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig", "legacy_batch_size"]
+
+FORMAT = 1
+"""Checkpoint and run format version, stored under the key ``"setattn_format"``."""
+
+KERNEL_MAX_TRAIN = 3000
+"""Most training molecules for which ``--kernel-ridge auto`` fits the kernel ridge: its
+closed-form fit grows as M^3."""
+
+
+@dataclass
+class TrainConfig:
+    """How one model is trained.
+
+    Attributes:
+        epochs: maximum number of epochs (the OneCycle schedule spans them all).
+        batch_size: molecules per batch; None (runs saved before it defaulted to 64)
+            uses ``legacy_batch_size``.
+        lr: peak learning rate of the OneCycle schedule (AdamW).
+        weight_decay: AdamW weight decay.
+        patience: stop after this many epochs without a better validation metric.
+        seed: seeds the model's initialisation and the batch order (the run's
+            ``--seed`` sets it).
+    """
+
+    epochs: int = option(60, "maximum number of epochs", type=int)
+    batch_size: int | None = option(64, "molecules per batch", type=int)
+    lr: float = option(1e-3, "peak learning rate (AdamW, OneCycle schedule)", type=float)
+    weight_decay: float = option(0.0, "AdamW weight decay", type=float)
+    patience: int = option(20, "early stopping: epochs without a better validation metric",
+                           type=int)
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raises ValueError naming the flag of a setting out of range."""
+        for name in ("epochs", "patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"argument --{name}: must be >= 1, got {getattr(self, name)}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"argument --batch-size: must be >= 1, got {self.batch_size}")
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"argument --lr: must be > 0 and finite, got {self.lr}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"argument --weight-decay: must be >= 0 and finite, "
+                             f"got {self.weight_decay}")
+
+
+@dataclass
+class RunConfig:
+    """A whole ``setattn train`` run, saved as ``config.json`` (and read back on resume).
+
+    Attributes:
+        data: the CSV file.
+        target_columns: names of its T target columns.
+        smiles_column: name of its SMILES column.
+        task: "regression" or "classification".
+        split: "random", "scaffold" or "kfold" (see ``setattn.molprop.splits``).
+        split_sizes: (train, validation, test) fractions.
+        seed: split seed; ensemble member k is seeded with ``seed + k``.
+        fold: the test fold of a k-fold split.
+        ensemble_size: K models trained on the same split.
+        strict: refuse the data if a SMILES is invalid or empty (else skip it).
+        kernel_ridge: "auto" blends a descriptor kernel ridge into regression models
+            trained on at most ``KERNEL_MAX_TRAIN`` molecules with descriptors; "off".
+        train: training settings.
+        model: model settings (``num_tasks`` and ``task`` follow the run).
+    """
+
+    data: str = option(None, "CSV file with a header line (.csv or .csv.gz)")
+    target_columns: list[str] = option(None, "target column(s)", nargs="+", metavar="T")
+    smiles_column: str = option("smiles", "SMILES column")
+    task: str = option("regression", "regression, or classification (binary tasks, 0/1 "
+                       "labels)", choices=["regression", "classification"])
+    split: str = option("random", "how molecules are split", choices=list(splits.SPLITS))
+    split_sizes: list[float] = option([0.8, 0.1, 0.1], "train, validation and test fractions",
+                                      nargs=3, type=float, metavar=("TRAIN", "VAL", "TEST"))
+    seed: int = option(0, "split seed; ensemble member k uses seed + k for its "
+                       "initialisation and batch order", type=int)
+    fold: int = option(0, "test fold of --split kfold (round(1 / test fraction) folds)",
+                       type=int)
+    ensemble_size: int = option(1, "models trained on the same split", type=int)
+    strict: bool = option(False, "stop on an invalid or empty SMILES instead of skipping it",
+                          action="store_true")
+    kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "
+                               "with the attention network's predictions (auto: for "
+                               "regression with descriptors on at most "
+                               f"{KERNEL_MAX_TRAIN} training molecules)",
+                               choices=["auto", "off"])
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: MoleculeModelConfig = field(default_factory=MoleculeModelConfig)
+
+    def validate(self) -> None:
+        """Raises ValueError naming the flag of a setting out of range."""
+        if not self.data:
+            raise ValueError("argument --data is required (unless --resume)")
+        if not self.target_columns:
+            raise ValueError("argument --target-columns is required (unless --resume): "
+                             "give at least one target column")
+        if self.task not in ("regression", "classification"):
+            raise ValueError(f"argument --task: must be regression or classification, "
+                             f"got {self.task!r}")
+        if self.split not in splits.SPLITS:
+            raise ValueError(f"argument --split: must be one of {list(splits.SPLITS)}, "
+                             f"got {self.split!r}")
+        splits.check_sizes(self.split_sizes)
+        if self.ensemble_size < 1:
+            raise ValueError(f"argument --ensemble-size: must be >= 1, got {self.ensemble_size}")
+        if self.seed < 0:
+            raise ValueError(f"argument --seed: must be >= 0, got {self.seed}")
+        if self.kernel_ridge not in ("auto", "off"):
+            raise ValueError(f"argument --kernel-ridge: must be auto or off, "
+                             f"got {self.kernel_ridge!r}")
+        self.train.validate()
+        self.model.validate()
+
+    def to_dict(self) -> dict:
+        """The JSON form of ``config.json``, with the format marker."""
+        d = asdict(self)
+        d["model"] = self.model.to_dict()
+        return {"setattn_format": FORMAT, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config.json") -> RunConfig:
+        """The run of a ``config.json`` dict; refuses other formats and unknown keys."""
+        if d.get("setattn_format") != FORMAT:
+            raise ValueError(f"{source}: not a setattn run configuration "
+                             f"(setattn_format {d.get('setattn_format')!r}, expected {FORMAT})")
+        d = {k: v for k, v in d.items() if k != "setattn_format"}
+        known = {f.name for f in fields(cls)}
+        if set(d) - known:
+            raise ValueError(f"{source}: unknown keys {sorted(set(d) - known)}")
+        d["train"] = TrainConfig(**d.get("train", {}))
+        d["model"] = MoleculeModelConfig.from_dict(d.get("model", {}))
+        return cls(**d)
+
+
+def legacy_batch_size(n_train: int) -> int:
+    """The batch size of runs saved with ``batch_size`` None (before it defaulted to 64):
+    32 molecules below 2000 training molecules, else 64. ``--resume`` keeps it for them."""
+    return 32 if n_train < 2000 else 64

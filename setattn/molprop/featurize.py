@@ -1,0 +1,273 @@
+"""Molecules as the model's inputs: one SMILES, or a whole CSV cached and in parallel.
+
+``featurize`` turns one SMILES into a ``Data`` (``mol_to_data`` with the RDKit
+descriptors from the same parse when the model uses them). ``featurize_csv`` does it
+for every row of a molecule CSV, with two additions:
+
+- **cache**: the result is saved as plain tensors, lists and strings with ``torch.save``
+  and read back with ``torch.load(weights_only=True)`` (tensors and plain containers
+  only, never arbitrary objects). The cache file is named by a hash of the CSV's path
+  and the featurisation settings (columns, descriptor width, ``FEATURIZER_VERSION``,
+  RDKit version) and stores the SHA-256 of the CSV's bytes; a changed file, other
+  columns or another featuriser never reuse it (the file is featurised again and the
+  entry rewritten). The folder is ``$SETATTN_CACHE_DIR`` or
+  ``~/.cache/setattn/features``; ``SETATTN_CACHE_DIR=off`` turns the cache off.
+- **processes**: sets of at least ``PARALLEL_MIN`` molecules are featurised in chunks by
+  a pool of forked processes (one per available core, ``SETATTN_FEATURIZE_WORKERS`` to
+  override; 0 or 1 means in this process). The order of molecules and failures is the
+  file's, whatever the pool does.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import multiprocessing
+import os
+import pickle
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+from rdkit import rdBase
+from torch_geometric.data import Data
+
+from setattn.data import (
+    MoleculeSet,
+    PathLike,
+    _as_list,
+    _check_columns,
+    _existing_file,
+    _open_text,
+    _parse_target,
+)
+from setattn.domains.molecules import InvalidSmilesError, mol_to_data
+from setattn.files import atomic_open
+from setattn.molprop.batching import pack
+from setattn.molprop.distributed import world
+
+__all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "featurize", "featurize_csv"]
+
+
+FEATURIZER_VERSION = 1
+"""Bump when ``mol_to_data`` or the descriptors change: old cache entries are then unused."""
+
+
+PARALLEL_MIN = 2000
+"""Sets with at least this many rows are featurised by a process pool."""
+
+
+_CHUNK = 256  # rows per pool task
+
+
+_FORMAT = "setattn-features-1"
+
+
+def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
+              source: str | None = None) -> Data:
+    """One molecule as the model's input: ``mol_to_data`` plus descriptors if used.
+
+    Args:
+        smiles: the SMILES string.
+        descriptor_dim: F_desc the model expects (0: no descriptors).
+        row, source: the file row and name it came from, carried into errors.
+
+    Returns:
+        ``Data`` with ``x``, ``edge_index``, ``edge_attr``, ``smiles`` and, with
+        ``descriptor_dim``, ``descriptors`` (1, F_desc).
+
+    Raises:
+        InvalidSmilesError: for an empty or unparsable SMILES.
+        ValueError: if this RDKit computes another number of descriptors than the model's.
+    """
+    data = mol_to_data(smiles, descriptors=bool(descriptor_dim), row=row, source=source)
+    if descriptor_dim and data.descriptors.shape[1] != descriptor_dim:
+        raise ValueError(
+            f"the model expects {descriptor_dim} descriptors but this RDKit computes "
+            f"{data.descriptors.shape[1]}; retrain with this RDKit version")
+    return data
+
+
+def cache_dir() -> Path | None:
+    """The feature cache folder, or None when ``SETATTN_CACHE_DIR=off``."""
+    value = os.environ.get("SETATTN_CACHE_DIR", "")
+    if value.lower() in ("off", "none", "0"):
+        return None
+    return Path(value) if value else Path.home() / ".cache" / "setattn" / "features"
+
+
+def _workers(n_rows: int) -> int:
+    """Pool processes for ``n_rows`` rows (0: featurise in this process)."""
+    value = os.environ.get("SETATTN_FEATURIZE_WORKERS")
+    if value is not None:
+        try:
+            return max(int(value), 0)
+        except ValueError:
+            raise ValueError(f"SETATTN_FEATURIZE_WORKERS must be an integer, got {value!r}") \
+                from None
+    if n_rows < PARALLEL_MIN:
+        return 0
+    return max(len(os.sched_getaffinity(0)) // world().size, 1)  # ranks share the cores
+
+
+def _settings(smiles_column: str, targets: list[str], descriptor_dim: int) -> dict:
+    return {"format": _FORMAT, "featurizer": FEATURIZER_VERSION, "rdkit": rdBase.rdkitVersion,
+            "smiles_column": smiles_column, "target_columns": targets,
+            "descriptor_dim": descriptor_dim, "graph": "bonds", "largest_fragment": True}
+
+
+def _cache_file(path: Path, settings: dict) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    key = json.dumps({"path": str(path.resolve()), **settings}, sort_keys=True)
+    return folder / f"{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.pt"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unpack(packed: dict) -> list[Data]:
+    """Inverse of ``_pack`` plus the ``y`` and ``row`` columns; tensors are views."""
+    nodes, edges = packed["node_ptr"].tolist(), packed["edge_ptr"].tolist()
+    rows = packed["row"].tolist()
+    out = []
+    for m, smiles in enumerate(packed["smiles"]):
+        d = Data(x=packed["x"][nodes[m]:nodes[m + 1]], smiles=smiles,
+                 edge_index=packed["edge_index"][:, edges[m]:edges[m + 1]],
+                 edge_attr=packed["edge_attr"][edges[m]:edges[m + 1]])
+        if "descriptors" in packed:
+            d.descriptors = packed["descriptors"][m:m + 1]  # (1, F_desc)
+        d.y = packed["y"][m:m + 1]  # (1, T)
+        d.row = rows[m]
+        out.append(d)
+    return out
+
+
+def _featurize_chunk(task: tuple[list[int], list[str], str, int]) -> tuple[dict, list]:
+    """Featurise rows; returns (packed successes with their rows, failures as lists)."""
+    rows, smiles, source, descriptor_dim = task
+    data, done, failures = [], [], []
+    for row, s in zip(rows, smiles):
+        try:
+            data.append(featurize(s, descriptor_dim, row=row, source=source))
+        except InvalidSmilesError as err:
+            failures.append([row, err.smiles, err.reason])
+            continue
+        done.append(row)
+    packed = pack(data, descriptor_dim)
+    packed["row"] = torch.tensor(done, dtype=torch.long)
+    return packed, failures
+
+
+def _concat(parts: list[dict], descriptor_dim: int) -> dict:
+    """Join packed chunks, shifting their offsets."""
+    out = {"smiles": [s for p in parts for s in p["smiles"]],
+           "row": torch.cat([p["row"] for p in parts])}
+    for key in ("x", "edge_attr", *(("descriptors",) if descriptor_dim else ())):
+        nonempty = [p[key] for p in parts if p[key].numel()]
+        out[key] = torch.cat(nonempty) if nonempty else parts[0][key]
+    out["edge_index"] = torch.cat([p["edge_index"] for p in parts], 1)
+    for key in ("node_ptr", "edge_ptr"):
+        ptr = [parts[0][key]]
+        for p in parts[1:]:
+            ptr.append(p[key][1:] + ptr[-1][-1])
+        out[key] = torch.cat(ptr)
+    return out
+
+
+def _read_rows(path: Path, smiles_column: str, targets: list[str]):
+    """(rows, smiles, (M, T) targets) of every data row; bad targets raise naming the cell."""
+    smiles, ys = [], []
+    with _open_text(path) as handle:
+        reader = csv.DictReader(handle)
+        _check_columns(list(reader.fieldnames or []), [smiles_column, *targets], path)
+        for row, record in enumerate(reader):
+            smiles.append(record[smiles_column] or "")
+            ys.append([_parse_target(record[name], path, row, name) for name in targets])
+    y = torch.tensor(ys, dtype=torch.float32).reshape(len(ys), len(targets))  # (R, T)
+    return list(range(len(smiles))), smiles, y
+
+
+def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_dim: int) -> dict:
+    rows, smiles, y = _read_rows(path, smiles_column, targets)
+    tasks = [(rows[i:i + _CHUNK], smiles[i:i + _CHUNK], path.name, descriptor_dim)
+             for i in range(0, len(rows), _CHUNK)] or [([], [], path.name, descriptor_dim)]
+    workers = min(_workers(len(rows)), len(tasks))
+    if workers > 1:
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+        # forked workers keep this process's torch thread count (set by the caller)
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            results = list(pool.map(_featurize_chunk, tasks))
+    else:
+        results = [_featurize_chunk(t) for t in tasks]
+    packed = _concat([r[0] for r in results], descriptor_dim)
+    packed["y"] = y[packed["row"]]  # (M, T)
+    packed["failures"] = [f for r in results for f in r[1]]
+    return packed
+
+
+def _load_cached(file: Path, settings: dict, digest: str) -> dict | None:
+    """The cached entry if it exists and matches the settings and the CSV's bytes."""
+    try:
+        packed = torch.load(file, weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
+        return None  # missing, half-written by an old version, or not ours: featurise again
+    if not isinstance(packed, dict) or packed.get("settings") != settings \
+            or packed.get("sha256") != digest:
+        return None
+    return packed
+
+
+def featurize_csv(
+    path: PathLike,
+    smiles_column: str,
+    target_columns: str | Sequence[str],
+    descriptor_dim: int = 0,
+    *,
+    use_cache: bool = True,
+) -> MoleculeSet:
+    """Bond-graph molecules of a CSV with targets (and descriptors), cached and parallel.
+
+    The same result as ``load_molecule_csv(path, smiles_column, target_columns)`` with
+    ``featurize``'s descriptors for every molecule.
+
+    Args:
+        path: the CSV file (``.csv`` or ``.csv.gz``) with a header line.
+        smiles_column: the name of the SMILES column.
+        target_columns: the name(s) of the numeric target column(s); empty cells are NaN.
+        descriptor_dim: F_desc of the RDKit descriptors to attach (0: none).
+        use_cache: read and write the feature cache (see the module docstring).
+
+    Returns:
+        A ``MoleculeSet``; each ``Data`` has ``x``, ``edge_index``, ``edge_attr``,
+        ``smiles``, ``y`` (1, T), ``row`` and, with ``descriptor_dim``,
+        ``descriptors`` (1, F_desc).
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: if a column is missing or a target cell is not a number (naming the
+            row and column), or RDKit computes a different number of descriptors.
+    """
+    path = _existing_file(path)
+    targets = _as_list(target_columns)
+    settings = _settings(smiles_column, targets, descriptor_dim)
+    file = _cache_file(path, settings) if use_cache else None
+    digest = _sha256(path) if file is not None else ""
+    packed = _load_cached(file, settings, digest) if file is not None else None
+    if packed is None:
+        packed = _featurize(path, smiles_column, targets, descriptor_dim)
+        if file is not None:
+            with atomic_open(file, "wb") as handle:  # readers never see half a file
+                torch.save({**packed, "settings": settings, "sha256": digest}, handle)
+    failures = [InvalidSmilesError(s, reason, row, path.name)
+                for row, s, reason in packed["failures"]]
+    return MoleculeSet(_unpack(packed), failures, targets)

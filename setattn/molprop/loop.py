@@ -1,0 +1,394 @@
+"""Training one molecule model: epochs, early stopping, checkpoints, resume.
+
+    fit(model, train, val, config, out_dir)  ->  FitResult (best model loaded)
+
+Each epoch: optimiser steps over shuffled batches (``PackedMolecules``), one pass over
+the validation set, then the bookkeeping of ``Progress`` (best epoch, patience) and of
+the two checkpoints: ``best.pt`` when the validation metric improves, ``last.pt`` as
+``_LastCheckpoint`` decides. Under ``torchrun`` every rank runs ``fit`` on its share of
+each batch (``setattn.molprop.distributed``); only rank 0 writes files and prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import BatchSampler, RandomSampler
+from torch.utils.data import DataLoader as IndexLoader
+from torch_geometric.data import Batch, Data
+from tqdm import tqdm
+
+from setattn.files import json_safe
+from setattn.molprop import distributed
+from setattn.molprop.batching import PackedMolecules, batches, stacked_targets
+from setattn.molprop.checkpoint import (
+    build_model,
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+    snapshot,
+)
+from setattn.molprop.config import TrainConfig, legacy_batch_size
+from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
+from setattn.molprop.model import MoleculeModel
+from setattn.molprop.predict import outputs
+
+__all__ = ["CHECKPOINT_SECONDS", "DivergedError", "FitResult", "Progress", "fit"]
+
+Log = Callable[[str], None]
+
+CHECKPOINT_SECONDS = 10.0
+"""Least training time between two writes of ``last.pt`` (besides the final one and the
+one on an error or Ctrl-C). A process killed outright (SIGKILL, power loss) loses at
+most this much training, which ``--resume`` redoes with the same numbers."""
+
+
+class DivergedError(ValueError):
+    """Training never reached a finite validation metric: the settings (most often a
+    too high ``--lr``) make it diverge. A ``ValueError``: bad input, not a bug."""
+
+
+@dataclass
+class FitResult:
+    """What ``fit`` returns.
+
+    Attributes:
+        model: the model with its best-validation weights loaded, in eval mode.
+        best_epoch: the epoch (1-based) of those weights.
+        best_value: the monitored validation value there.
+        monitor: "rmse", "roc_auc" or "loss".
+        rows: one log row per finished epoch.
+        seconds: wall time of ``fit`` (set-up, epochs, checkpoints, loading the best
+            weights), including the time before a resume up to its checkpoint.
+    """
+
+    model: MoleculeModel
+    best_epoch: int
+    best_value: float
+    monitor: str
+    rows: list[dict]
+    seconds: float = 0.0
+
+
+@dataclass
+class Progress:
+    """Where training stands after a finished epoch (saved in ``last.pt``).
+
+    Attributes:
+        monitor: the validation metric early stopping watches.
+        epoch: epochs finished.
+        best_epoch: the epoch of the best validation value so far (0: none yet).
+        best_value: that value (None: none finite yet).
+        bad_epochs: epochs since it last improved.
+        finished: training is over (last epoch, or out of patience).
+        rows: one log row per finished epoch.
+        seconds: training time up to now, resumed runs included.
+    """
+
+    monitor: str
+    epoch: int = 0
+    best_epoch: int = 0
+    best_value: float | None = None
+    bad_epochs: int = 0
+    finished: bool = False
+    rows: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Training:
+    """The moving parts of one model's training, built once by ``_set_up``."""
+
+    model: MoleculeModel
+    net: torch.nn.Module  # the model, or its DDP wrapper
+    loader: IndexLoader
+    sampler: distributed.ShardBatchSampler
+    generator: torch.Generator
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    train_y: Tensor  # (M, T)
+    val_y: Tensor  # (M_val, T)
+
+    def state(self, progress: Progress, copy: bool) -> dict:
+        """The ``last.pt`` payload; ``copy`` keeps this moment's state while training
+        goes on."""
+        state = {"kind": "training", "config": self.model.config.to_dict(),
+                 "state_dict": self.model.state_dict(),
+                 "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(),
+                 "rng": {"torch": torch.get_rng_state(), "loader": self.generator.get_state()},
+                 "progress": asdict(progress)}
+        return snapshot(state) if copy else state
+
+    def restore(self, state: dict) -> Progress:
+        """Load a ``last.pt`` payload; returns its progress."""
+        self.model.load_state_dict(state["state_dict"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["rng"]["loader"])
+        torch.set_rng_state(state["rng"]["torch"])
+        return Progress(**state["progress"])
+
+
+class _LastCheckpoint:
+    """When ``last.pt`` is written: once ``seconds`` of training have passed since the
+    last write (0: every epoch), after the final epoch, and, through ``rescue``, for the
+    last finished epoch when training stops on an exception. Rank 0 only."""
+
+    def __init__(self, path: Path, seconds: float, enabled: bool) -> None:
+        self.path, self.seconds, self.enabled = path, seconds, enabled
+        self.written = time.perf_counter()  # the last write (or the start)
+        self.pending: dict | None = None  # the last finished epoch's state, not yet written
+
+    def epoch_done(self, training: _Training, progress: Progress) -> None:
+        if not self.enabled:
+            return
+        due = (progress.finished or self.seconds <= 0
+               or time.perf_counter() - self.written >= self.seconds)
+        self.pending = training.state(progress, copy=not due)
+        if due:
+            save_checkpoint(self.pending, self.path)
+            self.pending, self.written = None, time.perf_counter()
+
+    def rescue(self) -> None:
+        if self.pending is not None:
+            save_checkpoint(self.pending, self.path)
+
+
+def _set_up(model: MoleculeModel, train_data: Sequence[Data], val_data: Sequence[Data],
+            config: TrainConfig) -> _Training:
+    """Batches, target and descriptor scaling, optimiser and schedule of a fresh model."""
+    w = distributed.world()
+    batch_size = config.batch_size or legacy_batch_size(len(train_data))
+    generator = torch.Generator().manual_seed(config.seed)
+    train_list = list(train_data)
+    # the batches of DataLoader(shuffle=True, generator=generator); rank r gets its share
+    sampler = distributed.ShardBatchSampler(
+        BatchSampler(RandomSampler(train_list, generator=generator), batch_size, False),
+        w.rank, w.size)
+    # batches cut out of the training set concatenated once (PyG's collate costs ~6x more)
+    loader = IndexLoader(range(len(train_list)), batch_sampler=sampler, generator=generator,
+                         collate_fn=PackedMolecules(train_list).batch)
+    train_y = stacked_targets(train_data)  # (M, T)
+    descriptors = (torch.cat([d.descriptors for d in train_data])
+                   if model.config.descriptor_dim else None)  # (M, F_desc)
+    model.fit_scaling(train_y, descriptors)
+    # fused: one kernel for all parameters instead of a loop of small ones per parameter
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
+                                  weight_decay=config.weight_decay, fused=True)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=config.lr, total_steps=config.epochs * len(loader))
+    return _Training(model, model, loader, sampler, generator, optimizer, scheduler,
+                     train_y, stacked_targets(val_data))
+
+
+def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bool,
+           log: Log, member: int) -> Progress:
+    """The progress to start from: ``last.pt``'s when resuming from one, else a new one
+    (seeding what training draws). Wraps the model in DDP under torchrun."""
+    w = distributed.world()
+    state = None
+    if resume:  # rank 0 reads the checkpoint; every rank gets it
+        state = distributed.broadcast(
+            load_checkpoint(last_path, "training") if w.is_main and last_path.is_file() else None)
+    if state is not None:
+        progress = training.restore(state)
+        if progress.epoch:
+            log(f"model {member}: resuming after epoch {progress.epoch} from {last_path}")
+    else:
+        torch.manual_seed(config.seed)  # dropout and anything else drawn during training
+        progress = Progress(monitor_metric(training.model.config.task, training.val_y))
+    # DDP averages gradients over the ranks (and starts every rank from rank 0's weights)
+    training.net = DistributedDataParallel(training.model) if w.size > 1 else training.model
+    return progress
+
+
+def _train_epoch(training: _Training, batches: Iterable[Batch]) -> float:
+    """One pass of optimiser steps over ``batches``; returns the mean training loss per
+    molecule over all ranks. The sampler says which molecules each batch holds."""
+    w = distributed.world()
+    model, sampler = training.model, training.sampler
+    task = model.config.task
+    model.train()
+    total, count = 0.0, 0
+    for batch in batches:
+        out, y = training.net(batch), model.scale_targets(batch.y)  # (G_r, T) each
+        if w.size == 1:
+            loss = masked_loss(out, y, task)
+        else:
+            labelled = int((~torch.isnan(training.train_y[sampler.current])).sum())
+            loss = shard_loss(out, y, task, labelled, w.size, sampler.padding)
+        training.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        training.optimizer.step()
+        training.scheduler.step()
+        total += loss.item() / w.size * len(sampler.current)
+        count += len(sampler.current)
+    return distributed.all_reduce_sum(total) / max(count, 1)
+
+
+def _validate(training: _Training, val_data: Sequence[Data], cached: list[Batch],
+              names: Sequence[str]) -> tuple[float, dict]:
+    """Validation loss and metrics; one pass shared out over the ranks. ``cached`` holds
+    this rank's validation batches (built on the first call, the same every epoch)."""
+    model = training.model
+
+    def rank_outputs(part: Sequence[Data]) -> Tensor:
+        if not cached:
+            cached.extend(batches(part))
+        return outputs(model, cached)
+
+    val_out = distributed.gather_predictions(rank_outputs, val_data)  # (M_val, T)
+    task = model.config.task
+    val_loss = masked_loss(val_out, model.scale_targets(training.val_y), task).item()
+    return val_loss, evaluate(training.val_y, model.to_units(val_out), task, names)
+
+
+def _run_epoch(training: _Training, progress: Progress, val_data: Sequence[Data],
+               cached: list[Batch], config: TrainConfig, names: Sequence[str],
+               member: int) -> tuple[bool, dict]:
+    """One epoch: optimiser steps, validation, and ``progress`` brought up to date (its
+    new log row last). Returns whether the validation value improved, and the
+    validation metrics."""
+    w = distributed.world()
+    epoch = progress.epoch + 1
+    start = time.perf_counter()
+    bar = tqdm(training.loader, desc=f"model {member} epoch {epoch}/{config.epochs}",
+               leave=False, disable=None if w.is_main else True, unit="batch")
+    train_loss = _train_epoch(training, bar)
+    val_loss, val_metrics = _validate(training, val_data, cached, names)
+    value = val_loss if progress.monitor == "loss" else val_metrics[progress.monitor]
+    better = improved(value, progress.best_value, progress.monitor)
+    if better:
+        progress.best_epoch, progress.best_value, progress.bad_epochs = epoch, value, 0
+    else:
+        progress.bad_epochs += 1
+    row = {"model": member, "epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
+           f"val_{progress.monitor}": value, "lr": training.scheduler.get_last_lr()[0],
+           "seconds": time.perf_counter() - start}
+    progress.rows = [*progress.rows, row]
+    progress.epoch = epoch
+    progress.finished = distributed.broadcast(  # every rank stops with rank 0
+        epoch >= config.epochs or progress.bad_epochs >= config.patience)
+    return better, val_metrics
+
+
+def _save_best(model: MoleculeModel, meta: dict, epoch: int, val_metrics: dict,
+               path: Path) -> None:
+    """``best.pt``: the weights of the epoch just finished and its validation metrics."""
+    save_checkpoint({"kind": "model", "config": model.config.to_dict(),
+                     "state_dict": model.state_dict(),
+                     "meta": {**meta, "epoch": epoch, "val": json_safe(val_metrics)}}, path)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def _epoch_line(member: int, epochs: int, progress: Progress, better: bool) -> str:
+    row, key = progress.rows[-1], f"val_{progress.monitor}"
+    return (f"model {member} epoch {row['epoch']:3d}/{epochs}  "
+            f"train_loss {_fmt(row['train_loss'])}  val_loss {_fmt(row['val_loss'])}  "
+            f"{key} {_fmt(row[key])}  lr {row['lr']:.2e}"
+            f"  {row['seconds']:.1f}s{'  *' if better else ''}")
+
+
+def fit(
+    model: MoleculeModel,
+    train_data: Sequence[Data],
+    val_data: Sequence[Data],
+    config: TrainConfig,
+    out_dir: str | Path,
+    *,
+    names: Sequence[str],
+    meta: dict | None = None,
+    resume: bool = False,
+    member: int = 0,
+    callback: Callable[[list[dict]], None] | None = None,
+    log: Log = print,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+) -> FitResult:
+    """Train one model with early stopping, checkpointing as it goes.
+
+    ``out_dir/best.pt`` holds the best validation weights, written when they improve.
+    ``out_dir/last.pt`` holds the full state after a finished epoch (model, optimiser,
+    schedule, RNG states, progress): written once ``checkpoint_seconds`` of training
+    have passed since the last write, after the final epoch, and, when training stops
+    on an exception (Ctrl-C included), for the last finished epoch. With ``resume``
+    and an existing ``last.pt`` training goes on from there and ends at the same
+    epoch, with the same numbers, as a run that was never interrupted.
+
+    Args:
+        model: a freshly built model (its ``fit_scaling`` is called here).
+        train_data: training molecules, each with ``y`` (1, T).
+        val_data: validation molecules.
+        config: training settings.
+        out_dir: this model's checkpoint folder.
+        names: the T target names (for metrics).
+        meta: extra JSON-like metadata stored in ``best.pt`` (e.g. column names).
+        resume: continue from ``out_dir/last.pt`` if it exists.
+        member: ensemble index, shown in progress lines and logged.
+        callback: called after each epoch (once its ``last.pt`` is written or kept for
+            writing), with this model's log rows so far (the last one is the new
+            epoch's); an exception it raises still gets that epoch saved.
+        log: where epoch lines go.
+        checkpoint_seconds: least training time between writes of ``last.pt``;
+            0 writes it after every epoch.
+
+    Returns:
+        A ``FitResult`` with the best model loaded; ``DivergedError`` if the validation
+        metric was never finite.
+    """
+    clock, out_dir, w = time.perf_counter(), Path(out_dir), distributed.world()
+    log = log if w.is_main else _quiet
+    training = _set_up(model, train_data, val_data, config)
+    best_path = out_dir / "best.pt"
+    last = _LastCheckpoint(out_dir / "last.pt", checkpoint_seconds, w.is_main)
+    progress = _start(training, config, last.path, resume, log, member)
+    clock -= progress.seconds  # the time spent before a resumed checkpoint
+    meta = {"task": model.config.task, "target_columns": list(names), **(meta or {})}
+    cached: list[Batch] = []  # this rank's validation batches
+    try:
+        while not progress.finished:
+            better, val_metrics = _run_epoch(training, progress, val_data, cached, config,
+                                             names, member)
+            if better and w.is_main:
+                _save_best(model, meta, progress.epoch, val_metrics, best_path)
+            progress.seconds = time.perf_counter() - clock
+            last.epoch_done(training, progress)
+            log(_epoch_line(member, config.epochs, progress, better))
+            if callback is not None:
+                callback(progress.rows)
+            if progress.finished and progress.epoch < config.epochs:
+                log(f"model {member}: early stop after epoch {progress.epoch} "
+                    f"({config.patience} epochs without a better val_{progress.monitor})")
+    except BaseException:  # Ctrl-C, a failing callback: keep the last finished epoch
+        last.rescue()
+        raise
+    best = _load_best(best_path)
+    if best is None:
+        raise DivergedError(f"model {member}: the validation {progress.monitor} was never "
+                            f"finite (did training diverge? try a lower --lr)")
+    return FitResult(best, int(progress.best_epoch), float(progress.best_value),
+                     progress.monitor, list(progress.rows), time.perf_counter() - clock)
+
+
+def _quiet(line: str) -> None:
+    """The log of ranks other than 0: they train in silence."""
+
+
+def _load_best(path: Path) -> MoleculeModel | None:
+    """The best model of ``fit`` (None if none was saved), read by rank 0 and broadcast."""
+    w = distributed.world()
+    if w.size == 1:
+        return load_model(path)[0] if path.is_file() else None
+    ckpt = distributed.broadcast(
+        load_checkpoint(path, "model") if w.is_main and path.is_file() else None)
+    return None if ckpt is None else build_model(ckpt, path)

@@ -1,0 +1,207 @@
+"""Losses and metrics of molecule models: masked (a missing label counts nowhere).
+
+Losses: masked MSE on standardised targets (regression), masked BCE with logits
+(classification). Metrics: RMSE, MAE and R^2 per target (regression); ROC-AUC and
+average precision per task (classification); each averaged over the targets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["average_precision", "classification_metrics", "evaluate", "improved",
+           "masked_loss", "monitor_metric", "regression_metrics", "roc_auc", "shard_loss"]
+
+
+def masked_loss(out: Tensor, y: Tensor, task: str) -> Tensor:
+    """Mean loss over the labelled entries only.
+
+    Args:
+        out: (G, T) model outputs (standardised values or logits).
+        y: (G, T) targets in the same units, NaN where missing.
+        task: "regression" (MSE) or "classification" (BCE with logits).
+
+    Returns:
+        A scalar; 0 (still on the autograd graph) when nothing is labelled.
+    """
+    losses, mask = _masked_losses(out, y, task)  # (G, T), (G, T)
+    return losses.sum() / mask.sum().clamp_min(1)
+
+
+def _masked_losses(out: Tensor, y: Tensor, task: str) -> tuple[Tensor, Tensor]:
+    """(G, T) per-entry losses, zero where the label is missing, and the (G, T) label mask."""
+    mask = ~torch.isnan(y)  # (G, T)
+    target = torch.where(mask, y, torch.zeros_like(y))  # (G, T)
+    if task == "regression":
+        losses = (out - target).square()  # (G, T)
+    else:
+        losses = F.binary_cross_entropy_with_logits(out, target, reduction="none")  # (G, T)
+    return losses * mask, mask
+
+
+def shard_loss(out: Tensor, y: Tensor, task: str, labelled: int, world_size: int,
+               padding: bool = False) -> Tensor:
+    """One rank's part of a global batch's mean loss, scaled for gradient averaging.
+
+    ``DistributedDataParallel`` averages gradients over the N ranks, so each rank
+    returns N times its share: the average is then the gradient of the global
+    batch's ``masked_loss``, whatever the shares' sizes.
+
+    Args:
+        out: (G_r, T) this rank's model outputs.
+        y: (G_r, T) its targets (NaN where missing).
+        task: "regression" or "classification".
+        labelled: labelled entries in the whole global batch (all ranks).
+        world_size: N.
+        padding: this rank's batch is padding (weighted by zero).
+
+    Returns:
+        A scalar: N * (summed loss of this rank's labelled entries) / ``labelled``.
+    """
+    losses, _ = _masked_losses(out, y, task)  # (G_r, T)
+    return losses.sum() * (0.0 if padding else world_size / max(labelled, 1))
+
+
+def _binary_curve(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """True and false positive counts at each distinct score threshold, high to low."""
+    order = np.argsort(-s, kind="stable")
+    s, y = s[order], y[order]
+    last = np.r_[np.nonzero(np.diff(s))[0], y.size - 1]  # end of each run of equal scores
+    tps = np.cumsum(y)[last]
+    fps = last + 1 - tps
+    return tps, fps
+
+
+def roc_auc(y: np.ndarray, s: np.ndarray) -> float:
+    """Area under the ROC curve (ties count one half), NaN unless both classes occur.
+
+    Args:
+        y: (M,) labels 0 or 1.
+        s: (M,) scores, higher meaning class 1.
+    """
+    y, s = np.asarray(y, dtype=np.float64), np.asarray(s, dtype=np.float64)
+    pos = y.sum()
+    if pos == 0 or pos == y.size:
+        return math.nan
+    tps, fps = _binary_curve(y, s)
+    tpr = np.r_[0.0, tps / pos]
+    fpr = np.r_[0.0, fps / (y.size - pos)]
+    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))  # trapezoids
+
+
+def average_precision(y: np.ndarray, s: np.ndarray) -> float:
+    """Area under the precision-recall curve as average precision (step-wise, no
+    interpolation, as scikit-learn's ``average_precision_score``); NaN without positives.
+
+    Args:
+        y: (M,) labels 0 or 1.
+        s: (M,) scores, higher meaning class 1.
+    """
+    y, s = np.asarray(y, dtype=np.float64), np.asarray(s, dtype=np.float64)
+    pos = y.sum()
+    if pos == 0:
+        return math.nan
+    tps, fps = _binary_curve(y, s)
+    precision = tps / (tps + fps)
+    recall = tps / pos
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def regression_metrics(y: Tensor, p: Tensor, names: Sequence[str]) -> dict:
+    """RMSE, MAE and R^2 per target and averaged over targets, labelled entries only.
+
+    Args:
+        y: (M, T) targets, NaN where missing.
+        p: (M, T) predictions in target units.
+        names: the T target names.
+
+    Returns:
+        ``{"rmse", "mae", "r2"}`` averaged over targets, plus ``"per_task"`` when T > 1.
+    """
+    per_task = {}
+    for t, name in enumerate(names):
+        mask = ~torch.isnan(y[:, t])  # (M,)
+        yt, pt = y[mask, t].double(), p[mask, t].double()
+        if yt.numel() == 0:
+            per_task[name] = {"rmse": math.nan, "mae": math.nan, "r2": math.nan}
+            continue
+        err = pt - yt
+        total = (yt - yt.mean()).square().sum().item()
+        per_task[name] = {
+            "rmse": err.square().mean().sqrt().item(),
+            "mae": err.abs().mean().item(),
+            "r2": 1.0 - err.square().sum().item() / total if total > 0 else math.nan,
+        }
+    result = {k: _nanmean([m[k] for m in per_task.values()]) for k in ("rmse", "mae", "r2")}
+    if len(names) > 1:
+        result["per_task"] = per_task
+    return result
+
+
+def classification_metrics(y: Tensor, p: Tensor, names: Sequence[str]) -> dict:
+    """ROC-AUC and PR-AUC (average precision) per task and averaged over tasks.
+
+    A task whose labelled entries hold a single class has NaN metrics and is left
+    out of the averages.
+
+    Args:
+        y: (M, T) labels 0 / 1, NaN where missing.
+        p: (M, T) probabilities (or any scores).
+        names: the T task names.
+
+    Returns:
+        ``{"roc_auc", "pr_auc", "per_task": {name: {"roc_auc", "pr_auc"}}}``.
+    """
+    per_task = {}
+    for t, name in enumerate(names):
+        mask = ~torch.isnan(y[:, t])  # (M,)
+        yt, pt = y[mask, t].numpy(), p[mask, t].double().numpy()
+        both = 0 < yt.sum() < yt.size
+        per_task[name] = {
+            "roc_auc": roc_auc(yt, pt) if both else math.nan,
+            "pr_auc": average_precision(yt, pt) if both else math.nan,
+        }
+    return {
+        "roc_auc": _nanmean([m["roc_auc"] for m in per_task.values()]),
+        "pr_auc": _nanmean([m["pr_auc"] for m in per_task.values()]),
+        "per_task": per_task,
+    }
+
+
+def evaluate(y: Tensor, p: Tensor, task: str, names: Sequence[str]) -> dict:
+    """``regression_metrics`` or ``classification_metrics`` by ``task``."""
+    if task == "regression":
+        return regression_metrics(y, p, names)
+    return classification_metrics(y, p, names)
+
+
+def monitor_metric(task: str, val_y: Tensor) -> str:
+    """The validation metric for early stopping: rmse, roc_auc, or the validation loss
+    when no validation task holds both classes (ROC-AUC undefined)."""
+    if task == "regression":
+        return "rmse"
+    for t in range(val_y.shape[1]):
+        labels = val_y[:, t][~torch.isnan(val_y[:, t])]
+        if labels.numel() and 0 < labels.sum() < labels.numel():
+            return "roc_auc"
+    return "loss"
+
+
+def improved(value: float, best: float | None, monitor: str) -> bool:
+    """Whether ``value`` of the ``monitor`` metric beats ``best`` (None: nothing yet)."""
+    if math.isnan(value):
+        return False
+    if best is None:
+        return True
+    return value > best if monitor == "roc_auc" else value < best

@@ -1,0 +1,239 @@
+"""Predictions of trained molecule models: on featurised molecules, and streamed from a CSV.
+
+``predict`` / ``predict_all`` / ``outputs`` work on ``Data`` lists (training, validation
+and test parts). ``predict_csv`` streams a CSV of any size through an ensemble,
+``CHUNK_ROWS`` rows at a time, optionally in a pool of forked worker processes, and
+writes one output row per input row, in order.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import multiprocessing
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, Data
+
+from setattn.domains.molecules import InvalidSmilesError
+from setattn.files import atomic_open
+from setattn.molprop import distributed
+from setattn.molprop.batching import batches
+from setattn.molprop.featurize import featurize
+from setattn.molprop.model import MoleculeModel
+
+__all__ = ["CHUNK_ROWS", "ensemble_predict", "outputs", "predict", "predict_all",
+           "predict_csv"]
+
+CHUNK_ROWS = 2_000
+"""Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
+one worker with several): memory holds a few chunks, whatever the input's size. How it
+was chosen: ``benchmarks/results/defaults.md``."""
+
+
+@torch.no_grad()
+def predict(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> Tensor:
+    """(M, T) predictions (target units or probabilities) for M molecules, in order."""
+    model.eval()
+    outs = [model.predict(batch) for batch in batches(data, batch_size)]
+    return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
+
+
+def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
+    """``predict`` on all ranks together: each predicts a shard, all get the (M, T) whole."""
+    return distributed.gather_predictions(lambda part: predict(model, part), data)
+
+
+def ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> Tensor:
+    """(M, T) mean prediction of the models (all ranks together)."""
+    return torch.stack([predict_all(m, data) for m in models]).mean(0)
+
+
+@torch.no_grad()
+def outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
+    """(M, T) forward outputs (standardised regression values or logits) of the
+    molecules of ``batched``, in order."""
+    model.eval()
+    outs = [model(batch) for batch in batched]
+    return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
+
+
+def _read_chunks(reader: Iterator[list[str]], size: int, source: str
+                 ) -> Iterator[list[list[str]]]:
+    """Successive lists of at most ``size`` CSV records.
+
+    Raises:
+        ValueError: naming ``source`` and the line if the CSV module cannot read it.
+    """
+    chunk: list[list[str]] = []
+    try:
+        for record in reader:
+            chunk.append(record)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    except csv.Error as err:
+        raise ValueError(f"{source}: line {reader.line_num}: unreadable CSV ({err})") from None
+    if chunk:
+        yield chunk
+
+
+@torch.no_grad()
+def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first_row: int,
+                   source: str) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Predictions for one chunk of SMILES.
+
+    Returns:
+        mean (M, T) and std (M, T) over the models (NaN rows where the SMILES failed),
+        and one error message per SMILES ("" when it parsed).
+    """
+    descriptor_dim = models[0].config.descriptor_dim
+    num_tasks = models[0].config.num_tasks
+    data, ok, errors = [], [], []
+    for offset, text in enumerate(smiles):
+        try:
+            data.append(featurize(text, descriptor_dim, row=first_row + offset, source=source))
+            ok.append(offset)
+            errors.append("")
+        except InvalidSmilesError as err:
+            errors.append(f"invalid SMILES: {err.reason}")
+    mean = torch.full((len(smiles), num_tasks), float("nan"))  # (M, T)
+    std = torch.full((len(smiles), num_tasks), float("nan"))  # (M, T)
+    if data:
+        stacked = torch.stack([predict(model, data) for model in models])  # (K, M_ok, T)
+        index = torch.tensor(ok)
+        mean[index] = stacked.mean(0)
+        std[index] = stacked.std(0, correction=0)
+    return mean, std, errors
+
+
+# A chunk's work in a worker process: (first row, SMILES) -> (mean, std, errors).
+# The models reach the workers by fork (set by _init_worker), not through a pipe.
+_WORKER: dict = {}
+
+
+def _init_worker(models: Sequence[MoleculeModel], source: str,
+                 worker_init: Callable[[], None] | None) -> None:
+    if worker_init is not None:
+        worker_init()
+    _WORKER.update(models=models, source=source)
+
+
+def _worker_chunk(task: tuple[int, list[str]]) -> tuple:
+    first_row, smiles = task
+    mean, std, errors = _predict_chunk(_WORKER["models"], smiles, first_row, _WORKER["source"])
+    return mean.numpy(), std.numpy(), errors  # arrays travel back as plain bytes
+
+
+def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, list[str]]],
+                    source: str, workers: int, worker_init: Callable[[], None] | None
+                    ) -> Iterator[tuple[list[str], tuple]]:
+    """(SMILES, ``_predict_chunk`` result) for each (first row, SMILES) task, in order.
+
+    With ``workers`` > 1 a pool of forked processes works on up to 2 chunks each at
+    a time; the next chunks are read only as results are written, so memory stays
+    bounded whatever the input size. A worker that dies (killed, out of memory) ends
+    the command with ``BrokenProcessPool`` instead of a wait forever.
+    """
+    if workers <= 1:
+        for first_row, smiles in tasks:
+            yield smiles, _predict_chunk(models, smiles, first_row, source)
+        return
+    # Forked workers share this process's memory until they write to it; freezing the
+    # objects alive now keeps the workers' garbage collector from touching (and so
+    # copying) every page of them (see the docs of gc.freeze).
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), _init_worker,
+                                 (models, source, worker_init)) as pool:
+            pending: deque = deque()
+            for task in tasks:
+                pending.append((task[1], pool.submit(_worker_chunk, task)))
+                if len(pending) >= 2 * workers:
+                    smiles, future = pending.popleft()
+                    yield smiles, _from_worker(future.result())
+            while pending:
+                smiles, future = pending.popleft()
+                yield smiles, _from_worker(future.result())
+    finally:
+        gc.unfreeze()
+
+
+def _from_worker(result: tuple) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    mean, std, errors = result
+    return torch.from_numpy(mean), torch.from_numpy(std), errors
+
+
+def _cell(value: float) -> str:
+    return "" if value != value else f"{value:.8g}"  # NaN -> empty cell
+
+
+def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: str | Path,
+                output: str | Path, smiles_column: str, chunk_rows: int = CHUNK_ROWS,
+                workers: int = 1, worker_init: Callable[[], None] | None = None) -> dict:
+    """Stream ``data`` through the models into ``output``, ``chunk_rows`` rows at a time.
+
+    The output has the columns ``smiles_column``, one per target, ``<target>_std``
+    per target when there are several models, and ``error``; one row per input row,
+    in order. It is written to a temporary file that replaces ``output`` at the end.
+    Memory holds a few chunks at a time, whatever the size of ``data``.
+
+    Args:
+        workers: processes featurising and predicting chunks in parallel (1: this one);
+            the output is the same for any number.
+        worker_init: called first in each worker process (the command line limits each
+            worker to one torch thread there).
+
+    Returns:
+        ``{"rows": ..., "errors": ...}`` counts.
+
+    Raises:
+        FileNotFoundError: naming ``--data``.
+        ValueError: if the SMILES column is missing (listing the columns present), or
+            a line of ``data`` is not readable CSV (naming it).
+    """
+    data, output = Path(data), Path(output)
+    if not data.is_file():
+        raise FileNotFoundError(f"argument --data: no such file {str(data)!r}")
+    header_out = [smiles_column, *targets]
+    if len(models) > 1:
+        header_out += [f"{t}_std" for t in targets]
+    header_out.append("error")
+    rows = errors = 0
+    with open(data, encoding="utf-8", newline="") as src, \
+            atomic_open(output, "w", encoding="utf-8", newline="") as dst:
+        reader = csv.reader(src)
+        try:
+            header = next(reader, [])
+        except csv.Error as err:
+            raise ValueError(f"{data.name}: line 1: unreadable CSV header ({err})") from None
+        if smiles_column not in header:
+            raise ValueError(f"{data.name}: missing column {smiles_column!r}; columns "
+                             f"present: {header}")
+        col = header.index(smiles_column)
+        writer = csv.writer(dst)
+        writer.writerow(header_out)
+        tasks = _chunk_tasks(_read_chunks(reader, chunk_rows, data.name), col)
+        stream = _predict_stream(models, tasks, data.name, workers, worker_init)
+        for smiles, (mean, std, messages) in stream:
+            for m, text in enumerate(smiles):
+                cells = [text, *(_cell(v) for v in mean[m].tolist())]
+                if len(models) > 1:
+                    cells += [_cell(v) for v in std[m].tolist()]
+                writer.writerow([*cells, messages[m]])
+            rows += len(smiles)
+            errors += sum(1 for message in messages if message)
+    return {"rows": rows, "errors": errors}
+
+
+def _chunk_tasks(chunks: Iterable[list[list[str]]], col: int) -> Iterator[tuple[int, list[str]]]:
+    """(first data row, SMILES of the chunk) per chunk; a short record gives ""."""
+    first_row = 0
+    for chunk in chunks:
+        yield first_row, [record[col] if col < len(record) else "" for record in chunk]
+        first_row += len(chunk)

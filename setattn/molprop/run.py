@@ -1,0 +1,331 @@
+"""A whole molecule run: read the CSV, split it, train an ensemble, write the results.
+
+    run_training(run, output_dir)        # what ``setattn train`` does
+      -> fit(model, train, val, ...)     # one model (``setattn.molprop.loop``)
+
+What a run directory holds:
+
+    config.json        the run (data, columns, split, training and model settings)
+    split.json         the file rows of the train / val / test parts
+    model_<k>/best.pt  the best-validation weights of ensemble member k (for predict)
+    model_<k>/last.pt  the full training state for resume (``setattn.molprop.loop``)
+    log.csv            model, epoch, train_loss, val_loss, val_<metric>, lr, seconds
+    curve.png          training loss and validation metric per epoch
+    metrics.json       test and validation metrics, split sizes, skipped rows, times
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Data
+
+from setattn.domains.molecules import InvalidSmilesError
+from setattn.files import atomic_open, write_json
+from setattn.molprop import distributed, splits
+from setattn.molprop.batching import batches, stacked_targets
+from setattn.molprop.config import KERNEL_MAX_TRAIN, RunConfig, TrainConfig
+from setattn.molprop.featurize import featurize_csv
+from setattn.molprop.kernel import KernelRidge
+from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit
+from setattn.molprop.metrics import evaluate
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
+from setattn.molprop.predict import ensemble_predict, outputs, predict_all
+from setattn.viz import plot_training_curve
+
+__all__ = ["fit_kernel", "report_failures", "run_training"]
+
+Log = Callable[[str], None]
+
+
+def _quiet(line: str) -> None:
+    """The log of ranks other than 0."""
+
+
+def _check_labels(data: Sequence[Data], run: RunConfig) -> None:
+    """Classification labels must be 0, 1 or missing; name the first offending row."""
+    if run.task != "classification":
+        return
+    for d in data:
+        for t, value in enumerate(d.y[0].tolist()):
+            if not math.isnan(value) and value not in (0.0, 1.0):
+                raise ValueError(
+                    f"{Path(run.data).name}: row {d.row}, column {run.target_columns[t]!r}: "
+                    f"classification target {value:g} is not 0 or 1"
+                )
+
+
+def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
+    n = len(data)
+    if run.split == "random":
+        return splits.random(n, run.split_sizes, run.seed)
+    if run.split == "scaffold":
+        return splits.scaffold([d.smiles for d in data], run.split_sizes, run.seed)
+    return splits.kfold(n, run.split_sizes, run.seed, run.fold)
+
+
+def _write_log(rows: Sequence[dict], path: Path) -> None:
+    """The CSV log of all models' epochs, rewritten whole (atomically) each time."""
+    if not rows:
+        return
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
+    # rewritten after every epoch, and its rows are in last.pt too: no fsync
+    with atomic_open(path, "w", sync=False, encoding="utf-8", newline="") as handle:
+        handle.write(buffer.getvalue())
+
+
+def _kernel_size(run: RunConfig, n_train: int) -> int:
+    """M of the run's kernel ridge: the training molecules, or 0 for none."""
+    on = (run.kernel_ridge == "auto" and run.task == "regression"
+          and run.model.descriptor_dim > 0 and n_train <= KERNEL_MAX_TRAIN)
+    return n_train if on else 0
+
+
+def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
+               names: Sequence[str]) -> tuple[KernelRidge, dict]:
+    """The kernel ridge of a regression model, fitted to standardised training targets.
+
+    Raises:
+        ValueError: naming a target column without any training label.
+
+    Returns:
+        The fitted module and ``{"gamma", "ridge", "loo_rmse", "seconds"}``.
+    """
+    start = time.perf_counter()
+    y = stacked_targets(train)  # (M, T)
+    mean, std = target_scaling(y)
+    kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
+    info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std, names)
+    return kernel, {**info, "seconds": time.perf_counter() - start}
+
+
+def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], task: str,
+                       names: Sequence[str]) -> dict:
+    """Metrics of the attention network (the ensemble's mean) alone and of the kernel
+    ridge alone on ``data``."""
+    y = stacked_targets(data)  # (M, T)
+    batched = batches(data)
+    with torch.no_grad():
+        net = torch.stack([outputs(m, batched) for m in models]).mean(0)  # (M, T)
+        kernel_out = torch.cat([models[0].kernel_outputs(b) for b in batched])  # (M, T)
+    return {"attention": evaluate(y, models[0].to_units(net), task, names),
+            "kernel_ridge": evaluate(y, models[0].to_units(kernel_out), task, names)}
+
+
+def _skipped(failures: Sequence[InvalidSmilesError]) -> list[dict]:
+    return [{"row": f.row, "smiles": f.smiles, "reason": f.reason} for f in failures]
+
+
+def report_failures(failures: Sequence[InvalidSmilesError], source: str, strict: bool,
+                    log: Log = print) -> None:
+    """List invalid or empty SMILES with their rows; with ``strict`` raise instead.
+
+    Raises:
+        ValueError: with ``strict`` and at least one failure, listing them.
+    """
+    if not failures:
+        return
+    lines = [f"  row {f.row}: {f.smiles!r}: {f.reason}" for f in failures]
+    shown = lines if len(lines) <= 50 else [*lines[:50], f"  ... and {len(lines) - 50} more"]
+    if strict:
+        raise ValueError(f"{source}: {len(failures)} invalid or empty SMILES (--strict):\n"
+                         + "\n".join(shown))
+    log(f"{source}: skipping {len(failures)} row(s) with invalid or empty SMILES "
+        f"(rows counted from 0, header excluded):\n" + "\n".join(shown))
+
+
+@dataclass
+class _Parts:
+    """The valid molecules of a run's CSV and its three parts (lists of ``Data``)."""
+
+    data: list[Data]
+    failures: list[InvalidSmilesError]
+    train: list[Data]
+    val: list[Data]
+    test: list[Data]
+
+    def rows(self) -> dict[str, list[int]]:
+        """``split.json``: the file rows of each part."""
+        return {name: [int(d.row) for d in part]
+                for name, part in (("train", self.train), ("val", self.val), ("test", self.test))}
+
+
+def _read_parts(run: RunConfig, log: Log) -> _Parts:
+    """Featurise ``run.data`` (cached), report invalid SMILES, and split it.
+
+    Raises:
+        ValueError: naming the file or the flag when nothing is left to train on, a
+            part is empty, or the validation part has no labels.
+    """
+    source = Path(run.data).name
+    # cached per CSV content and settings, featurised by a process pool for large sets
+    molecules = featurize_csv(run.data, run.smiles_column, run.target_columns,
+                              run.model.descriptor_dim)
+    report_failures(molecules.failures, source, run.strict, log)
+    data = molecules.data
+    if not data:
+        raise ValueError(f"{source}: no valid molecule to train on")
+    _check_labels(data, run)
+    parts = [[data[i] for i in idx] for idx in _split(data, run)]
+    for name, part in zip(("training", "validation", "test"), parts):
+        if not part:
+            raise ValueError(f"argument --split-sizes: the {name} part of {len(data)} molecules "
+                             f"is empty; use more data or other fractions")
+    if torch.isnan(stacked_targets(parts[1])).all():
+        raise ValueError(f"{source}: the validation part has no labels at all")
+    return _Parts(data, list(molecules.failures), *parts)
+
+
+def _write_split(parts: _Parts, run: RunConfig, out: Path, resume: bool) -> None:
+    """``config.json`` and ``split.json``; on resume the split must be the run's own."""
+    split_path = out / "split.json"
+    if resume and split_path.is_file():
+        if json.loads(split_path.read_text()) != parts.rows():
+            raise ValueError(f"{split_path}: {Path(run.data).name} or the split settings "
+                             f"changed since the run started; resume needs the same data")
+    write_json(run.to_dict(), out / "config.json")
+    write_json(parts.rows(), split_path)
+
+
+def _model_config(run: RunConfig, n_train: int) -> MoleculeModelConfig:
+    """The run's model settings with its task, target count and kernel ridge size."""
+    return MoleculeModelConfig.from_dict(
+        {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task,
+         "kernel_size": _kernel_size(run, n_train)})
+
+
+def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelConfig,
+                   kernel: KernelRidge | None, out: Path, *, resume: bool,
+                   callback: Callable[[list[dict]], None] | None, log: Log,
+                   checkpoint_seconds: float) -> list[FitResult]:
+    """Fit the K ensemble members one after the other, rewriting ``log.csv`` each epoch."""
+    main = distributed.world().is_main
+    results: list[FitResult] = []
+    done: list[dict] = []  # the log rows of the finished members
+    for k in range(run.ensemble_size):
+        torch.manual_seed(run.train.seed + k)
+        model = MoleculeModel(model_config)
+        if kernel is not None:
+            model.kernel.load_state_dict(kernel.state_dict())
+        train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
+
+        def on_epoch(rows: list[dict], done: list[dict] = done) -> None:
+            if main:
+                _write_log([*done, *rows], out / "log.csv")
+            if callback is not None:
+                callback(rows)
+
+        result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
+                     names=run.target_columns,
+                     meta={"smiles_column": run.smiles_column, "member": k},
+                     resume=resume, member=k, callback=on_epoch, log=log,
+                     checkpoint_seconds=checkpoint_seconds)
+        results.append(result)
+        done += result.rows
+        if main:
+            _write_log(done, out / "log.csv")
+    return results
+
+
+def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
+             kernel_info: dict | None) -> dict:
+    """``metrics.json`` (without the wall time): test and validation metrics of the
+    ensemble and of each member, the blend's parts, split sizes and skipped rows."""
+    names, task = run.target_columns, run.task
+    models = [r.model for r in results]
+    test_y = stacked_targets(parts.test)  # (M_test, T)
+    metrics = {
+        "task": task,
+        "targets": list(names),
+        "test": evaluate(test_y, ensemble_predict(models, parts.test), task, names),
+        "val": evaluate(stacked_targets(parts.val), ensemble_predict(models, parts.val), task,
+                        names),
+        "models": [{"best_epoch": r.best_epoch, "epochs_run": len(r.rows),
+                    "test": evaluate(test_y, predict_all(r.model, parts.test), task, names)}
+                   for r in results],
+        "split": {"type": run.split, "seed": run.seed, "sizes": list(run.split_sizes),
+                  "train": len(parts.train), "val": len(parts.val), "test": len(parts.test)},
+        "molecules": len(parts.data),
+        "skipped_rows": _skipped(parts.failures),
+    }
+    if kernel_info is not None:
+        metrics["components"] = {
+            "blend": float(models[0].blend), "kernel": kernel_info,
+            **{name: _component_metrics(models, part, task, names)
+               for name, part in (("val", parts.val), ("test", parts.test))}}
+    # every fit (epochs, checkpoints and all), plus the kernel ridge's fit
+    metrics["train_seconds"] = (sum(r.seconds for r in results)
+                                + (kernel_info["seconds"] if kernel_info else 0.0))
+    if run.split == "kfold":
+        metrics["split"].update(fold=run.fold, folds=splits.num_folds(run.split_sizes))
+    return metrics
+
+
+def run_training(
+    run: RunConfig,
+    output_dir: str | Path,
+    *,
+    resume: bool = False,
+    callback: Callable[[list[dict]], None] | None = None,
+    log: Log = print,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+) -> dict:
+    """Train ``run.ensemble_size`` models on one split of ``run.data``; write the run.
+
+    Args:
+        run: the run's settings.
+        output_dir: the run directory (created; see the module docstring).
+        resume: continue an interrupted run in ``output_dir``: finished models are
+            kept, the interrupted one goes on from its ``last.pt``.
+        callback: called after every epoch (see ``fit``), with the current model's
+            log rows so far (the last one is the new epoch's).
+        log: where messages and epoch lines go.
+        checkpoint_seconds: least training time between writes of a ``last.pt``
+            (see ``fit``; 0: after every epoch).
+
+    Returns:
+        The metrics dict also written to ``output_dir/metrics.json``.
+
+    Raises:
+        FileNotFoundError, ValueError: for bad input, naming file, row, column or argument.
+    """
+    start = time.perf_counter()
+    out = Path(output_dir)
+    main = distributed.world().is_main  # under torchrun only rank 0 writes files and prints
+    log = log if main else _quiet
+    run.validate()
+    parts = _read_parts(run, log)
+    out.mkdir(parents=True, exist_ok=True)
+    if main:
+        _write_split(parts, run, out, resume)
+    log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
+        f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
+    model_config = _model_config(run, len(parts.train))
+    kernel = kernel_info = None
+    if model_config.kernel_size:
+        kernel, kernel_info = fit_kernel(parts.train, model_config, run.target_columns)
+        log(f"kernel ridge on {model_config.descriptor_dim} descriptors: gamma "
+            f"{kernel_info['gamma']}, ridge {kernel_info['ridge']}, leave-one-out RMSE "
+            f"{kernel_info['loo_rmse']:.4g} (standardised), {kernel_info['seconds']:.1f}s")
+    results = _train_members(run, parts, model_config, kernel, out, resume=resume,
+                             callback=callback, log=log, checkpoint_seconds=checkpoint_seconds)
+    if main:
+        rows = [row for r in results for row in r.rows]
+        plot_training_curve(rows, out / "curve.png", metric=f"val_{results[0].monitor}")
+    metrics = _metrics(run, parts, results, kernel_info)
+    metrics["wall_time_s"] = time.perf_counter() - start
+    if main:
+        write_json(metrics, out / "metrics.json")
+    return metrics
