@@ -33,7 +33,7 @@ from molecule_runs import freesolv_slice
 from torch_geometric.data import Batch
 
 from setattn import cli
-from setattn.data import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM, InvalidSmilesError
 from setattn.models.molecule import MoleculeModel, MoleculeModelConfig
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
-from setattn.data import load_molecule_csv
+from setattn.datasets import load_molecule_csv
 from setattn.moldata import PackedMolecules, cache_dir, collate_molecules, featurize_csv
 from setattn.train import add_descriptors, descriptor_count
 

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from setattn import splits
-from setattn.data import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR
 
 SIZES = (0.8, 0.1, 0.1)
 
