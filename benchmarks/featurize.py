@@ -34,7 +34,7 @@ from torch_geometric.utils import from_smiles
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from util import print_table  # noqa: E402
 
-from setattn.data import DATASETS_DIR  # noqa: E402
+from setattn.datasets import DATASETS_DIR  # noqa: E402
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data  # noqa: E402
 
 

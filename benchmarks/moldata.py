@@ -34,7 +34,7 @@ from torch_geometric.data import Batch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from util import load_average, print_table  # noqa: E402
 
-from setattn.data import DATASETS_DIR, TOX21_TASKS  # noqa: E402
+from setattn.datasets import DATASETS_DIR, TOX21_TASKS  # noqa: E402
 from setattn.domains.descriptors import descriptor_count  # noqa: E402
 from setattn.molprop.batching import PackedMolecules, collate_molecules  # noqa: E402
 from setattn.molprop.featurize import featurize_csv  # noqa: E402

@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from util import print_table, watch_tree  # noqa: E402
 
-from setattn.data import DATASETS_DIR  # noqa: E402
+from setattn.datasets import DATASETS_DIR  # noqa: E402
 
 SOURCES = [("freesolv.csv", "smiles"), ("delaney-processed.csv", "smiles"),
            ("tox21.csv", "smiles")]

@@ -4,7 +4,7 @@ Run from the repository root:
 
     .venv/bin/python datasets/convert_planetoid.py --raw ../shared/data/planetoid
 
-The conversion uses setattn's pickle-free decoder (``setattn.data.convert_planetoid``).
+The conversion uses setattn's pickle-free decoder (``setattn.datasets.convert_planetoid``).
 As a cross-check, the trusted raw files are then unpickled the ordinary way (with
 SciPy, if it is installed), assembled independently, and compared with the .npz.
 The library itself never unpickles; only this one-off script does.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from setattn.data import convert_planetoid, load_planetoid
+from setattn.datasets import convert_planetoid, load_planetoid
 
 HERE = Path(__file__).resolve().parent
 

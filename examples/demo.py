@@ -19,7 +19,7 @@ from torch import nn
 from tqdm import tqdm
 
 import setattn
-from setattn.data import load_digits
+from setattn.datasets import load_digits
 from setattn.topology import ptr_from_sizes
 
 PATCH = 2

@@ -51,11 +51,11 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 import setattn
-from setattn.data import load_mr, load_text_csv
+from setattn.datasets import load_mr, load_text_csv
 from setattn.domains import Tokenizer, Vocabulary
 from setattn.nn import GlobalAttentionPool, SinusoidalEncoding, TransformerBlock, set_positions
 from setattn.topology import Topology, complete, ptr_from_sizes, window
-from setattn.viz_plots import plot_word_weights, words_to_html
+from setattn.viz import plot_word_weights, words_to_html
 
 
 class RelativePositionBias(nn.Module):

@@ -43,10 +43,10 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 from tqdm import tqdm
 
 import setattn
-from setattn.data import DATASETS_DIR, load_planetoid
+from setattn.datasets import DATASETS_DIR, load_planetoid
 from setattn.nn import GATConv
 from setattn.topology import edges
-from setattn.viz_plots import plot_node_attention
+from setattn.viz import plot_node_attention
 
 
 class SparseFeatures:

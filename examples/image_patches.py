@@ -37,10 +37,10 @@ from torch_geometric.data import Batch
 from tqdm import tqdm
 
 import setattn
-from setattn.data import ImageSet, load_digits, load_mnist5k
+from setattn.datasets import ImageSet, load_digits, load_mnist5k
 from setattn.domains import images_to_batch
 from setattn.nn import GlobalAttentionPool, Sinusoidal2DEncoding, TransformerBlock
-from setattn.viz_plots import plot_patch_attention
+from setattn.viz import plot_patch_attention
 
 # per data set: loader, patch size, default epochs, random shift (pixels)
 DATASETS = {

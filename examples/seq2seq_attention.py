@@ -40,7 +40,7 @@ from tqdm import tqdm
 import setattn
 from setattn import scores
 from setattn.topology import ptr_from_sizes
-from setattn.viz_plots import plot_alignment
+from setattn.viz import plot_alignment
 
 MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august",
           "september", "october", "november", "december"]

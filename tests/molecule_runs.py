@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from setattn import cli
-from setattn.data import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR
 
 BAD_SMILES_CSV = Path(__file__).resolve().parent / "data" / "bad_smiles.csv"
 """41 rows (name, smiles, logS): 36 ESOL molecules, row 15 without a label, and

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from setattn import data as sd
+from setattn import datasets as sd
+from setattn.datasets.safe_pickle import _decode_pickle
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM, InvalidSmilesError
 
 SHARED_PLANETOID = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetoid"
@@ -141,7 +142,7 @@ def test_pickle_decoder_rebuilds_plain_data(protocol):
         "fortran": np.asfortranarray(np.arange(6, dtype=np.int64).reshape(3, 2)),
         "nested": [1, 2.5, "a", None, True, (3, 4)],
     }
-    decoded = sd._decode_pickle(io.BytesIO(pickle.dumps(obj, protocol=protocol)), "test")
+    decoded = _decode_pickle(io.BytesIO(pickle.dumps(obj, protocol=protocol)), "test")
     for key in ("ints", "big_endian", "fortran"):
         assert decoded[key].dtype == obj[key].dtype
         np.testing.assert_array_equal(decoded[key], obj[key])
@@ -173,7 +174,7 @@ def test_pickle_decoder_rejects_malformed(payload):
     import io
 
     with pytest.raises(ValueError, match="bad.pkl"):
-        sd._decode_pickle(io.BytesIO(payload), "bad.pkl")
+        _decode_pickle(io.BytesIO(payload), "bad.pkl")
 
 
 def test_load_planetoid_missing_files_names_them(tmp_path):

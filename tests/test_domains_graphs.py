@@ -8,7 +8,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import softmax
 
-from setattn.data import load_cora
+from setattn.datasets import load_cora
 from setattn.domains.graphs import attention_to_networkx, from_networkx, to_networkx
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Data
 
-from setattn.data import load_digits
+from setattn.datasets import load_digits
 from setattn.domains.images import (
     grid_edge_index,
     image_to_patches,

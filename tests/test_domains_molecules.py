@@ -9,7 +9,7 @@ import torch
 from rdkit import Chem
 from torch_geometric.data import Batch
 
-from setattn.data import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR
 from setattn.domains.molecules import (
     ATOM_FEATURE_DIM,
     BOND_FEATURE_DIM,

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from setattn.data import load_mr
+from setattn.datasets import load_mr
 from setattn.domains.text import (
     Tokenizer,
     Vocabulary,

@@ -6,7 +6,7 @@ import shutil
 
 from example_runs import check_help, check_pictures, load_example, quick_run
 
-from setattn.data import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR
 
 
 def test_gat_planetoid_quick(tmp_path):

@@ -33,7 +33,7 @@ from molecule_runs import freesolv_slice
 from torch_geometric.data import Batch
 
 from setattn import cli
-from setattn.data import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR
 from setattn.domains.descriptors import descriptor_count
 from setattn.domains.molecules import (
     ATOM_FEATURE_DIM,

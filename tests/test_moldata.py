@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
-from setattn.data import load_molecule_csv
+from setattn.datasets import load_molecule_csv
 from setattn.domains.descriptors import descriptor_count
 from setattn.domains.molecules import rdkit_descriptors
 from setattn.molprop.batching import PackedMolecules, collate_molecules

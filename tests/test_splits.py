@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from setattn.data import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR
 from setattn.molprop import splits
 
 SIZES = (0.8, 0.1, 0.1)

@@ -20,7 +20,6 @@ for every row of a molecule CSV, with two additions:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import multiprocessing
@@ -34,15 +33,8 @@ import torch
 from rdkit import rdBase
 from torch_geometric.data import Data
 
-from setattn.data import (
-    MoleculeSet,
-    PathLike,
-    _as_list,
-    _check_columns,
-    _existing_file,
-    _open_text,
-    _parse_target,
-)
+from setattn.datasets.files import PathLike, as_list, existing_file
+from setattn.datasets.molecules import MoleculeSet, read_molecule_table
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
 from setattn.files import atomic_open
 from setattn.molprop.batching import pack
@@ -183,21 +175,9 @@ def _concat(parts: list[dict], descriptor_dim: int) -> dict:
     return out
 
 
-def _read_rows(path: Path, smiles_column: str, targets: list[str]):
-    """(rows, smiles, (M, T) targets) of every data row; bad targets raise naming the cell."""
-    smiles, ys = [], []
-    with _open_text(path) as handle:
-        reader = csv.DictReader(handle)
-        _check_columns(list(reader.fieldnames or []), [smiles_column, *targets], path)
-        for row, record in enumerate(reader):
-            smiles.append(record[smiles_column] or "")
-            ys.append([_parse_target(record[name], path, row, name) for name in targets])
-    y = torch.tensor(ys, dtype=torch.float32).reshape(len(ys), len(targets))  # (R, T)
-    return list(range(len(smiles))), smiles, y
-
-
 def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_dim: int) -> dict:
-    rows, smiles, y = _read_rows(path, smiles_column, targets)
+    table = read_molecule_table(path, smiles_column, targets)
+    rows, smiles, y = list(range(len(table.smiles))), table.smiles, table.y
     tasks = [(rows[i:i + _CHUNK], smiles[i:i + _CHUNK], path.name, descriptor_dim)
              for i in range(0, len(rows), _CHUNK)] or [([], [], path.name, descriptor_dim)]
     workers = min(_workers(len(rows)), len(tasks))
@@ -257,8 +237,8 @@ def featurize_csv(
         ValueError: if a column is missing or a target cell is not a number (naming the
             row and column), or RDKit computes a different number of descriptors.
     """
-    path = _existing_file(path)
-    targets = _as_list(target_columns)
+    path = existing_file(path)
+    targets = as_list(target_columns)
     settings = _settings(smiles_column, targets, descriptor_dim)
     file = _cache_file(path, settings) if use_cache else None
     digest = _sha256(path) if file is not None else ""

@@ -1,10 +1,9 @@
-"""Pictures of attention and of training: small functions, one picture each.
+"""Molecule pictures drawn by RDKit: atoms coloured by an attention weight each.
 
 - ``draw_atom_weights(smiles, weights, path)``: a molecule drawn by RDKit with its
   atoms coloured by a weight each (e.g. the readout's attention), one panel per row
   of ``weights``; PNG or SVG, no matplotlib involved.
-- ``plot_training_curve(rows, path)``: training loss and validation metric per epoch
-  (matplotlib, Agg backend, works without a display).
+- ``weight_colour(w)``: the white-to-red colour of one weight in [0, 1].
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from rdkit.Chem.Draw import rdMolDraw2D
 
 from setattn.domains.molecules import keep_largest_fragment, parse_smiles
 
-__all__ = ["draw_atom_weights", "plot_training_curve", "weight_colour"]
+__all__ = ["draw_atom_weights", "weight_colour"]
 
 _LOW = np.array([1.0, 1.0, 1.0])  # weight 0: white
 _HIGH = np.array([0.84, 0.15, 0.16])  # the largest weight of a panel: red
@@ -117,42 +116,3 @@ def draw_atom_weights(
         path.write_text(drawer.GetDrawingText(), encoding="utf-8")
     return path
 
-
-def plot_training_curve(
-    rows: Sequence[dict], path: str | Path, *, metric: str, loss: str = "train_loss"
-) -> Path:
-    """Training loss and validation metric against epoch, one line per model.
-
-    Args:
-        rows: log rows, each with ``model``, ``epoch``, ``loss`` and ``metric`` keys.
-        path: output picture (any suffix matplotlib knows, e.g. ``.png``).
-        metric: the key of the validation metric, e.g. ``"val_rmse"``.
-        loss: the key of the training loss.
-
-    Returns:
-        ``path`` as a ``Path``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(9, 3.6))
-    for model in sorted({int(r["model"]) for r in rows}):
-        mine = [r for r in rows if int(r["model"]) == model]
-        epochs = [int(r["epoch"]) for r in mine]
-        label = f"model {model}"
-        ax_loss.plot(epochs, [float(r[loss]) for r in mine], label=label)
-        ax_metric.plot(epochs, [float(r[metric]) for r in mine], label=label)
-    ax_loss.set(xlabel="epoch", ylabel=loss.replace("_", " "), yscale="log")
-    ax_metric.set(xlabel="epoch", ylabel=metric.replace("_", " "))
-    for ax in (ax_loss, ax_metric):
-        ax.grid(alpha=0.3)
-        if len(ax.get_lines()) > 1:
-            ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -1,7 +1,8 @@
-"""Pictures of attention weights with matplotlib (Agg backend, no display needed).
+"""Pictures of attention weights and of training with matplotlib (Agg backend, no display).
 
 One function, one picture:
 
+- ``plot_training_curve(rows, path)``: training loss and validation metric per epoch.
 - ``plot_alignment(weights, row_labels, col_labels, path)``: a heatmap of output
   tokens x input tokens, the classic figure of Bahdanau et al. (2015).
 - ``words_to_html(sentences, path)`` / ``plot_word_weights(sentences, path)``: sentences
@@ -29,6 +30,7 @@ __all__ = [
     "plot_alignment",
     "plot_node_attention",
     "plot_patch_attention",
+    "plot_training_curve",
     "plot_word_weights",
     "words_to_html",
 ]
@@ -68,6 +70,41 @@ def _shade(weights: np.ndarray) -> np.ndarray:
     top = weights.max() if weights.size else 0.0
     return weights / top if top > 0 else np.zeros_like(weights)
 
+
+def plot_training_curve(
+    rows: Sequence[dict], path: str | Path, *, metric: str, loss: str = "train_loss"
+) -> Path:
+    """Training loss and validation metric against epoch, one line per model.
+
+    Args:
+        rows: log rows, each with ``model``, ``epoch``, ``loss`` and ``metric`` keys.
+        path: output picture (any suffix matplotlib knows, e.g. ``.png``).
+        metric: the key of the validation metric, e.g. ``"val_rmse"``.
+        loss: the key of the training loss.
+
+    Returns:
+        ``path`` as a ``Path``.
+    """
+    plt = _pyplot()
+    path = Path(path)
+    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for model in sorted({int(r["model"]) for r in rows}):
+        mine = [r for r in rows if int(r["model"]) == model]
+        epochs = [int(r["epoch"]) for r in mine]
+        label = f"model {model}"
+        ax_loss.plot(epochs, [float(r[loss]) for r in mine], label=label)
+        ax_metric.plot(epochs, [float(r[metric]) for r in mine], label=label)
+    ax_loss.set(xlabel="epoch", ylabel=loss.replace("_", " "), yscale="log")
+    ax_metric.set(xlabel="epoch", ylabel=metric.replace("_", " "))
+    for ax in (ax_loss, ax_metric):
+        ax.grid(alpha=0.3)
+        if len(ax.get_lines()) > 1:
+            ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)  # no tight bounding box, unlike _save
+    plt.close(fig)
+    return path
 
 def plot_alignment(
     weights: ArrayLike,
@@ -320,7 +357,33 @@ def plot_node_attention(
     src, dst = (edge_index[0].tolist(), edge_index[1].tolist())
     if w.shape != (len(src),):
         raise ValueError(f"{len(src)} edges but weights have shape {w.shape}")
-    # hop distance from the centre, following edges both ways
+    dist = _hop_distances(src, dst, center, hops)
+    graph, self_weight = _receptive_field(src, dst, w, dist, hops)
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 6))
+    pos = nx.spring_layout(graph.to_undirected(), seed=seed, k=1.5 / max(len(dist), 1) ** 0.5,
+                           pos={center: (0.0, 0.0)}, fixed=[center])
+    _draw_neighbourhood(ax, graph, pos, center, self_weight, labels)
+    _label_center(ax, graph, pos, center, self_weight)
+    ax.set_title(title or f"attention around node {center} ({hops}-hop neighbourhood)",
+                 fontsize=10)
+    ax.axis("off")
+    return _save(fig, path)
+
+
+def _hop_distances(src: list[int], dst: list[int], center: int, hops: int) -> dict[int, int]:
+    """Hop distance from ``center`` of every node within ``hops``, following edges both ways.
+
+    Args:
+        src: E source nodes j.
+        dst: E target nodes i.
+        center: the node at distance 0.
+        hops: the largest distance kept.
+
+    Returns:
+        node -> distance, ``center`` first, then by distance.
+    """
     neighbours: dict[int, set[int]] = {}
     for j, i in zip(src, dst):
         neighbours.setdefault(i, set()).add(j)
@@ -331,6 +394,27 @@ def plot_node_attention(
         frontier = [n for f in frontier for n in neighbours.get(f, ()) if n not in dist]
         for n in frontier:
             dist.setdefault(n, d)
+    return dist
+
+
+def _receptive_field(
+    src: list[int], dst: list[int], w: np.ndarray, dist: dict[int, int], hops: int
+):
+    """The edges into the centre's receptive field, and each node's self-loop weight.
+
+    Args:
+        src: E source nodes j.
+        dst: E target nodes i.
+        w: (E,) one weight per edge.
+        dist: node -> hop distance, from :func:`_hop_distances`.
+        hops: targets must be closer than this.
+
+    Returns:
+        (graph, self_weight): a ``networkx.DiGraph`` of the nodes in ``dist`` with the
+        kept edges j -> i (attribute ``weight``), and node -> p_ii (0 without a self loop).
+    """
+    import networkx as nx
+
     graph = nx.DiGraph()
     graph.add_nodes_from(dist)
     self_weight = dict.fromkeys(dist, 0.0)
@@ -340,11 +424,15 @@ def plot_node_attention(
                 self_weight[i] = float(p)
             else:
                 graph.add_edge(j, i, weight=float(p))
+    return graph, self_weight
+
+
+def _draw_neighbourhood(ax, graph, pos: dict, center: int, self_weight: dict[int, float],
+                        labels: torch.Tensor | None) -> None:
+    """Draw the edges (width and darkness by weight), the nodes and their ids on ``ax``."""
+    import networkx as nx
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 6))
-    pos = nx.spring_layout(graph.to_undirected(), seed=seed, k=1.5 / max(len(dist), 1) ** 0.5,
-                           pos={center: (0.0, 0.0)}, fixed=[center])
     nodes = list(graph.nodes)
     colours = "#9ecae1"
     if labels is not None:
@@ -364,7 +452,13 @@ def plot_node_attention(
                            edgecolors="black",
                            linewidths=[0.3 + 4.0 * self_weight[n] for n in nodes])
     nx.draw_networkx_labels(graph, pos, ax=ax, labels={n: str(n) for n in nodes}, font_size=6)
-    into_center = {e: f"{graph.edges[e]['weight']:.2f}" for e in edge_list if e[1] == center}
+
+
+def _label_center(ax, graph, pos: dict, center: int, self_weight: dict[int, float]) -> None:
+    """Write the weight of every edge into ``center``, and its self-loop weight under it."""
+    import networkx as nx
+
+    into_center = {e: f"{graph.edges[e]['weight']:.2f}" for e in graph.edges if e[1] == center}
     into_center[(center, center)] = f"self {self_weight[center]:.2f}"
     nx.draw_networkx_edge_labels(graph, pos, ax=ax, edge_labels={
         e: t for e, t in into_center.items() if e[0] != e[1]}, font_size=7,
@@ -372,7 +466,3 @@ def plot_node_attention(
         bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none"})
     ax.annotate(into_center[(center, center)], pos[center], xytext=(0, -22),
                 textcoords="offset points", ha="center", fontsize=7)
-    ax.set_title(title or f"attention around node {center} ({hops}-hop neighbourhood)",
-                 fontsize=10)
-    ax.axis("off")
-    return _save(fig, path)
