@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks
 	$(PY) -m pytest -q -n 2 --durations=10
+
+# Everything but the tests marked slow (examples, torchrun, SIGKILL, fuzzing the CLI).
+test-fast: $(STAMP)
+	$(PY) -m ruff check setattn tests examples benchmarks
+	$(PY) -m pytest -q -n 2 -m "not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks

@@ -206,6 +206,21 @@ def _model_config(run: RunConfig, n_train: int) -> MoleculeModelConfig:
          "kernel_size": _kernel_size(run, n_train)})
 
 
+def _epoch_callback(log_path: Path | None, done: list[dict],
+                    callback: Callable[[list[dict]], None] | None
+                    ) -> Callable[[list[dict]], None]:
+    """What ``fit`` calls after each epoch: rewrite ``log_path`` (when given) with the
+    rows of the finished members (``done``, read at call time) and the current one's,
+    then call ``callback``."""
+    def on_epoch(rows: list[dict]) -> None:
+        if log_path is not None:
+            _write_log([*done, *rows], log_path)
+        if callback is not None:
+            callback(rows)
+
+    return on_epoch
+
+
 def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelConfig,
                    kernel: KernelRidge | None, out: Path, *, resume: bool,
                    callback: Callable[[list[dict]], None] | None, log: Log,
@@ -220,13 +235,7 @@ def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelCon
         if kernel is not None:
             model.kernel.load_state_dict(kernel.state_dict())
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
-
-        def on_epoch(rows: list[dict], done: list[dict] = done) -> None:
-            if main:
-                _write_log([*done, *rows], out / "log.csv")
-            if callback is not None:
-                callback(rows)
-
+        on_epoch = _epoch_callback(out / "log.csv" if main else None, done, callback)
         result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
                      names=run.target_columns,
                      meta={"smiles_column": run.smiles_column, "member": k},

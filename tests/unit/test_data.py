@@ -16,7 +16,7 @@ from setattn import datasets as sd
 from setattn.datasets.safe_pickle import _decode_pickle
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM, InvalidSmilesError
 
-SHARED_PLANETOID = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetoid"
+SHARED_PLANETOID = Path(__file__).resolve().parents[3] / "shared" / "data" / "planetoid"
 TOX21_BAD_ROWS = [1322, 2290, 2297, 3558, 4565, 4649, 5538, 6723]
 
 

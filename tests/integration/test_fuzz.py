@@ -185,6 +185,7 @@ record = st.one_of(
 )
 
 
+@pytest.mark.slow
 @fuzz(20)
 @given(records=st.lists(record, max_size=25), chunk_rows=st.integers(1, 7),
        workers=st.sampled_from([1, 1, 2]))
@@ -281,6 +282,7 @@ _BASE = ["--target-columns", "expt", "--hidden", "8", "--layers", "1", "--descri
          "--epochs", "1"]
 
 
+@pytest.mark.slow
 @fuzz(25)
 @given(argv=train_argv())
 @example(argv=[*_BASE, "--heads", "0"])
@@ -302,6 +304,7 @@ def test_train_arguments_end_in_success_or_a_named_error(fuzz_dir, argv):
         assert "Traceback" not in err
 
 
+@pytest.mark.slow
 @fuzz(15)
 @given(smiles=edited_smiles(), suffix=st.sampled_from([".png", ".svg", ".pdf", ""]),
        heads=st.booleans())

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from example_runs import check_help, check_pictures, load_example, quick_run
 
 from setattn.datasets import DATASETS_DIR
+
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
 
 def test_gat_planetoid_quick(tmp_path):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from example_runs import check_help, check_pictures, load_example, quick_run
+
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
 
 def test_image_patches_quick(tmp_path):

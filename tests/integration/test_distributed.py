@@ -16,6 +16,8 @@ from setattn.cli.train import run_config_from_args
 from setattn.molprop import distributed
 from setattn.molprop.run import run_training
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 # 96 training molecules in global batches of 19: shares of 10 and 9 molecules, and a
 # last global batch of 1 molecule, where rank 1 only pads (its loss weighted by zero).
 ARGS = ["--target-columns", "expt", "--epochs", "3", "--batch-size", "19",

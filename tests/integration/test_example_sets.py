@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from example_runs import check_help, load_example, quick_run
+
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
 
 def test_sets_example_quick(tmp_path):

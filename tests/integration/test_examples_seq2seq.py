@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from example_runs import check_help, check_pictures, load_example, quick_run
+
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
 
 def test_seq2seq_quick(tmp_path):

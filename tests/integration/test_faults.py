@@ -20,6 +20,8 @@ from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
 from setattn.molprop import checkpoint, config
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 # 64 training molecules in batches of 4: an epoch of 16 steps, long enough for epoch 2
 # to be caught in the middle by a SIGKILL sent as soon as epoch 1's checkpoint appears.
 ARGS = ["--target-columns", "expt", "--epochs", "2", "--batch-size", "4", "--patience", "10",

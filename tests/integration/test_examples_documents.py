@@ -10,6 +10,8 @@ import pytest
 import torch
 from example_runs import check_help, check_pictures, load_example, quick_run
 
+pytestmark = pytest.mark.slow  # make test-fast leaves these out
+
 
 def _module():
     return load_example("documents.py")
