@@ -4,6 +4,9 @@
 (:mod:`setattn.engine.plan`) decides which path computes a call, and its module
 docstring tables the paths: dense size buckets (SDPA or explicit), window blocks,
 and edge lists (fused GATv2, CSR products or gathered messages).
+
+The functions ``attend`` and ``plan`` re-exported here share their names with their
+modules: reach a module's other names with ``from setattn.engine.plan import ...``.
 """
 
 from setattn.engine.attend import AttentionGraph, attend

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from setattn.capture import is_capturing, record
 from setattn.engine.dense import attend_blocks
 from setattn.engine.fused_gatv2 import attend_fused
-from setattn.engine.plan import EDGE_PATHS, EnginePath, edge_view, forced_path, plan
+from setattn.engine.plan import EnginePath, edge_view, forced_path, plan
 from setattn.engine.scoring import DEFAULT_SCORE
 from setattn.engine.sparse import attend_edges
 from setattn.engine.window import attend_window
@@ -134,16 +134,16 @@ def _run(path: EnginePath, q: Tensor, k: Tensor, v: Tensor, top: Topology, score
          bias: Tensor | None, mask: Tensor | None, edge_attr: Tensor | None, p: float,
          top_k: int | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
     """Run ``path``: (Nq, H, Dv) output and (E, H) weights (None if not needed and not free)."""
-    if path in EDGE_PATHS:
-        graph = top if isinstance(top, Edges) else edge_view(top)
-        if path is EnginePath.FUSED_GATV2:
-            return attend_fused(q, k, v, graph, score, edge_attr)
-        return attend_edges(q, k, v, graph, score, bias, mask, edge_attr, p, top_k,
-                            csr=path is EnginePath.SPARSE_CSR)
+    if path is EnginePath.DENSE_SDPA or path is EnginePath.DENSE_BLOCKS:
+        return attend_blocks(q, k, v, top, score, bias, mask, edge_attr, p, top_k,
+                             sdpa=path is EnginePath.DENSE_SDPA, need_weights=need_weights)
     if path is EnginePath.WINDOW_BLOCKS:
         return attend_window(q, k, v, top, score, bias, mask, edge_attr, p, top_k)
-    return attend_blocks(q, k, v, top, score, bias, mask, edge_attr, p, top_k,
-                         sdpa=path is EnginePath.DENSE_SDPA, need_weights=need_weights)
+    graph = top if isinstance(top, Edges) else edge_view(top)  # the edge paths
+    if path is EnginePath.FUSED_GATV2:
+        return attend_fused(q, k, v, graph, score, edge_attr)
+    return attend_edges(q, k, v, graph, score, bias, mask, edge_attr, p, top_k,
+                        csr=path is EnginePath.SPARSE_CSR)
 
 
 # ---------------------------------------------------------------------------------------

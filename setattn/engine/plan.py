@@ -83,9 +83,6 @@ class EnginePath(Enum):
     SPARSE_GATHER = "sparse_gather"
 
 
-# the paths that run on an edge list (an Edges topology or edge_view of another)
-EDGE_PATHS = frozenset({EnginePath.FUSED_GATV2, EnginePath.SPARSE_CSR, EnginePath.SPARSE_GATHER})
-
 # Below this many edges, building the two CSR layouts costs more than it saves: gathered
 # messages and index_add are faster (fwd+bwd, 4 heads x 32: 1.2 vs 2.0 ms at 500 edges,
 # 6.5 vs 3.7 ms at 2000).
@@ -111,7 +108,12 @@ def plan(
     hard: int | str | None = None,
     need_weights: bool = False,
 ) -> EnginePath:
-    """The path ``attend`` takes for these arguments (the table in the module docstring).
+    """The path ``attend`` takes for these arguments (the tables in the module docstring).
+
+    Two choices are left to the paths because they need the prepared queries and keys,
+    which plan() does not compute: whether logits are matrix products
+    (:func:`dot_logits`) and whether a sparse path's sum reuses gathered key rows
+    (:func:`reuse_key_rows`, which on SPARSE_CSR replaces the CSR product).
 
     Args:
         q: (Nq, H, Dk) queries; k: (Nk, H, Dk) keys; v: (Nk, H, Dv) values.
@@ -139,8 +141,9 @@ def plan(
     raise TypeError(f"topology must come from setattn.topology, got {type(topology).__name__}")
 
 
-def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias, mask, edge_attr, p: float,
-               hard) -> EnginePath:
+def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias: Tensor | None,
+               mask: Tensor | None, edge_attr: Tensor | None, p: float,
+               hard: int | str | None) -> EnginePath:
     """FUSED_GATV2, SPARSE_CSR or SPARSE_GATHER for an edge list."""
     if fused_gatv2_applies(score, bias, mask, edge_attr, p, hard):
         return EnginePath.FUSED_GATV2
@@ -154,7 +157,7 @@ def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias, mask, edge_attr, p
 
 
 def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | None,
-                        edge_attr: Tensor | None, p: float, hard) -> bool:
+                        edge_attr: Tensor | None, p: float, hard: int | str | None) -> bool:
     """The score opts into the fused GATv2 kernel (``fused_edges()`` gives its parameters),
     its LeakyReLU slope is >= 0 (the kernel reads which side of 0 an input was off the
     sign of the activation), and nothing the kernel does not compute is asked for: no
@@ -163,7 +166,8 @@ def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | No
         return False
     if edge_attr is not None and edge_attr.dim() != 3:
         return False
-    if getattr(type(score), "fused_edges", None) is None:  # a class attribute: no lookup cost
+    # looked up on the class: a miss on the instance goes through nn.Module.__getattr__
+    if getattr(type(score), "fused_edges", None) is None:
         return False
     params = score.fused_edges()
     return params is not None and params[1] >= 0
@@ -175,9 +179,8 @@ def csr_kernels_serve(x: Tensor) -> bool:
 
 
 def csr_fits(top: Edges) -> bool:
-    """At most one stored entry per (query, key) pair on average: ``sampled_addmm``
-    rejects patterns with more entries than the dense matrix has, which a multigraph
-    (repeated edges) can reach."""
+    """No more edges than (query, key) pairs: ``sampled_addmm`` rejects patterns with more
+    entries than the dense matrix has, which a multigraph (repeated edges) can reach."""
     return top.num_edges <= top.num_q * top.num_kv
 
 
@@ -196,8 +199,8 @@ def one_query_per_set(top: Bipartite) -> bool:
     return top._cache["one_query"]
 
 
-def sdpa_applies(q: Tensor, score: nn.Module, edge_attr: Tensor | None, hard,
-                 need_weights: bool) -> bool:
+def sdpa_applies(q: Tensor, score: nn.Module, edge_attr: Tensor | None,
+                 hard: int | str | None, need_weights: bool) -> bool:
     """``scaled_dot_product_attention`` can compute a bucket: a dot-product score, no
     edge features, soft attention, and no weights wanted (SDPA does not return them)."""
     return (edge_attr is None and hard is None and not need_weights
