@@ -260,3 +260,12 @@ class GATv2(Score):
     def combine(self, pq: Tensor, pk: Tensor, edge_attr: Tensor | None = None) -> Tensor:
         h = pq + pk if edge_attr is None else pq + pk + edge_attr  # (..., H, A)
         return (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (..., H)
+
+    def fused_edges(self) -> tuple[Tensor, float] | None:
+        """Opts into the engine's fused GATv2 edge kernel (``EnginePath.FUSED_GATV2``).
+
+        Returns:
+            ``(att (H, A), negative_slope)``: ``combine`` is att . LeakyReLU(pq + pk [+ e]),
+            the form that kernel computes. A subclass whose ``combine`` differs returns None.
+        """
+        return self.att, self.negative_slope

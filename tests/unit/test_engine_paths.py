@@ -25,6 +25,7 @@ from reference import (
 from reference import attend as ref_attend
 
 from setattn import attend, bipartite, complete, edges, ptr_from_batch, window
+from setattn.engine import EnginePath, plan
 from setattn.topology import ptr_from_sizes
 
 F32 = dict(rtol=0.0, atol=1e-5)
@@ -73,7 +74,7 @@ class SdpaSpy:
 
 @pytest.mark.parametrize("kind", ["complete", "bipartite", "window"])
 @pytest.mark.parametrize("score_name", list(SCORES))
-def test_dense_equals_sparse_float32(score_name, kind, monkeypatch):
+def test_dense_equals_sparse_float32(score_name, kind):
     top, (src, tgt) = _dense_topology(kind, RAGGED, RAGGED_KV)
     sparse = edges(top.edge_index(), (top.num_kv, top.num_q))
     assert sparse.edge_index().tolist() == [src, tgt]
@@ -91,10 +92,15 @@ def test_dense_equals_sparse_float32(score_name, kind, monkeypatch):
     want, want_graph = attend(q, k, v, sparse, score, return_weights=True, **kw)
     upstream = torch.randn_like(want)
     want_grads = torch.autograd.grad(want, (q, k, v), upstream)
-    if kind == "window":  # eager CPU runs send windows to the sparse path: test the blocks
-        monkeypatch.setattr("setattn.engine._use_csr", lambda x: False)
+    path, default = None, plan(q, k, v, top, score, **kw)
+    if kind == "window":  # eager CPU runs send windows to the sparse paths: force the blocks
+        assert default not in (EnginePath.WINDOW_BLOCKS, EnginePath.DENSE_SDPA,
+                               EnginePath.DENSE_BLOCKS)
+        path = EnginePath.WINDOW_BLOCKS
+    else:
+        assert default in (EnginePath.DENSE_SDPA, EnginePath.DENSE_BLOCKS)
     for return_weights in (False, True):
-        res = attend(q, k, v, top, score, return_weights=return_weights, **kw)
+        res = attend(q, k, v, top, score, return_weights=return_weights, path=path, **kw)
         got = res[0] if return_weights else res
         torch.testing.assert_close(got, want, **F32)
         for g, w in zip(torch.autograd.grad(got, (q, k, v), upstream), want_grads, strict=True):

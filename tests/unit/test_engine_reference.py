@@ -21,24 +21,39 @@ from reference import (
 )
 from reference import attend as ref_attend
 
-from setattn import attend
 from setattn import scores as S
+from setattn.engine import EnginePath, plan
+from setattn.engine import attend as engine_attend
+from setattn.engine.fused_gatv2 import GATv2Edges
 
 F64 = torch.float64
 TOL = dict(rtol=1e-9, atol=1e-10)
 REF_TOPOLOGIES = [*TOPOLOGIES, "pool"]
+attend = engine_attend  # in every test, the sparse_kernel fixture's attend_on_kernel
 
 
-@pytest.fixture(autouse=True, params=["csr", "gather"])
-def sparse_kernels(request, monkeypatch):
-    """Every test runs on both sparse-path kernels: CSR products (which the engine uses
-    for edge lists from ``_CSR_MIN_EDGES`` or ``_CSR_MIN_EDGES_FEW`` edges on) and gathered
-    messages with index_add (used below those sizes); the cases here are small, so both
-    are forced in turn."""
-    least = 1 if request.param == "csr" else 10**9
-    monkeypatch.setattr("setattn.engine._CSR_MIN_EDGES", least)
-    monkeypatch.setattr("setattn.engine._CSR_MIN_EDGES_FEW", least)
-    return request.param
+SPARSE_KERNELS = (EnginePath.SPARSE_CSR, EnginePath.SPARSE_GATHER)
+
+
+@pytest.fixture(autouse=True, params=SPARSE_KERNELS, ids=["csr", "gather"])
+def sparse_kernel(request, monkeypatch):
+    """Every test runs on both sparse kernels: CSR products (which plan() picks for edge
+    lists from ``CSR_MIN_EDGES`` or ``CSR_MIN_EDGES_FEW`` edges on) and gathered messages
+    with index_add (below those sizes). The cases here are small, so wherever plan()
+    picks one of the two, this module's ``attend`` forces each in turn."""
+    calls = []
+
+    def attend_on_kernel(q, k, v, topology, score=None, **kwargs):
+        need = kwargs.get("return_weights", False)
+        planned = plan(q, k, v, topology, score, need_weights=need,
+                       **{n: t for n, t in kwargs.items() if n != "return_weights"})
+        if planned in SPARSE_KERNELS:
+            kwargs["path"] = request.param
+        calls.append(planned)
+        return engine_attend(q, k, v, topology, score, **kwargs)
+
+    monkeypatch.setitem(globals(), "attend", attend_on_kernel)
+    return calls
 
 
 def _inputs(case, dtype=F64, dq=DK, dk=DK):
@@ -222,17 +237,15 @@ def test_gradgradcheck(score_name, return_weights, topology):
 
 @pytest.fixture
 def fused_calls(monkeypatch):
-    """Counts the calls that went through ``_GATv2Edges`` (the fused GATv2 edge path)."""
-    from setattn import engine
-
+    """Counts the calls that went through ``GATv2Edges`` (the FUSED_GATV2 path's node)."""
     calls = []
-    apply = engine._GATv2Edges.apply
+    apply = GATv2Edges.apply
 
     def spy(*args):
         calls.append(args)
         return apply(*args)
 
-    monkeypatch.setattr(engine._GATv2Edges, "apply", spy)
+    monkeypatch.setattr(GATv2Edges, "apply", spy)
     return calls
 
 
@@ -240,7 +253,8 @@ def fused_calls(monkeypatch):
 @pytest.mark.parametrize(("score_name", "values"), [
     ("gatv2", "own"),  # projected keys are never the values
     ("gatv2_unprojected", "keys"), ("gatv2_unprojected", "own")])
-def test_fused_gatv2_matches_reference(score_name, with_edge_attr, values, fused_calls):
+def test_fused_gatv2_matches_reference(score_name, with_edge_attr, values, fused_calls,
+                                       sparse_kernel):
     """GATv2 over an edge list with no bias, mask, dropout or hard attention runs as one
     autograd node with its own backward: values, weights and every gradient (queries,
     keys, values, ``att``, the projections, edge features) equal the reference, whether
@@ -254,6 +268,7 @@ def test_fused_gatv2_matches_reference(score_name, with_edge_attr, values, fused
     edge_attr = (torch.randn(case.num_edges, HEADS, width, dtype=F64, requires_grad=True)
                  if with_edge_attr else None)
     _check_against_reference(case, score, q, k, v, edge_attr=edge_attr)
+    assert sparse_kernel == [EnginePath.FUSED_GATV2] * 2  # what plan() said
     assert len(fused_calls) == 2  # with and without weights returned
     assert (fused_calls[0][2] is None) == (values == "keys" and score_name == "gatv2_unprojected")
 
@@ -273,11 +288,8 @@ def test_fused_gatv2_first_and_second_derivatives(fused_calls):
                       return_weights=True)[0]
 
     def fn_weights(q, k, edge_attr):  # the weights' own gradient path
-        from setattn import engine
-
-        return engine._GATv2Edges.apply(q, k, None, edge_attr, score.att,
-                                        case.topology.index[0], case.topology.index[1],
-                                        case.num_q, score.negative_slope)[1]
+        return GATv2Edges.apply(q, k, None, edge_attr, score.att, case.topology.index[0],
+                                case.topology.index[1], case.num_q, score.negative_slope)[1]
 
     for f in (fn, fn_weights):
         assert torch.autograd.gradcheck(f, (q, k, edge_attr))
@@ -286,7 +298,7 @@ def test_fused_gatv2_first_and_second_derivatives(fused_calls):
 
 
 @pytest.mark.parametrize("extras", ["bias", "mask", "dropout", "hard", "negative_slope"])
-def test_fused_gatv2_only_when_it_applies(extras, fused_calls):
+def test_fused_gatv2_only_when_it_applies(extras, fused_calls, sparse_kernel):
     """Bias, mask, dropout, hard attention or a negative LeakyReLU slope take the
     general path (and still match the reference)."""
     case = make_case("edges")
@@ -300,6 +312,7 @@ def test_fused_gatv2_only_when_it_applies(extras, fused_calls):
     if extras == "negative_slope":
         score.negative_slope = -0.1
     out = attend(q, k, v, case.topology, score, **kwargs)
+    assert sparse_kernel == [EnginePath.SPARSE_GATHER]  # what plan() said
     assert not fused_calls
     if extras in ("bias", "mask", "negative_slope"):
         want, _ = ref_attend(q, k, v, case.src, case.tgt, score, **kwargs)

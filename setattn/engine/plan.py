@@ -1,0 +1,278 @@
+"""Which path computes an ``attend`` call: every routing decision of the engine.
+
+All paths give the same numbers (to float rounding); they differ in speed and memory.
+:func:`plan` picks one from the topology, the score, the optional inputs, the device
+and whether torch.compile is tracing; ``attend(..., path=...)`` overrides it with any
+path that applies (:func:`forced_path` says which do not, and why).
+
+The paths (:class:`EnginePath`) and what they compute:
+
+    DENSE_SDPA     sets padded in size buckets, (B, H, Lq, Lk) blocks; one
+                   ``scaled_dot_product_attention`` per bucket
+    DENSE_BLOCKS   the same buckets; explicit logits, masked softmax, weighted sum
+    WINDOW_BLOCKS  every query's 2r + 1 window slots gathered into (N, W) blocks
+    FUSED_GATV2    GATv2 logits, segment softmax and sum over an edge list as one
+                   autograd node with a hand-written backward (fewer operations: small
+                   graphs such as molecule batches)
+    SPARSE_CSR     segment softmax over an edge list; the sum (and dot-product logits)
+                   as CSR sparse-dense products: (E, H) weights kept, never (E, H, D)
+                   messages
+    SPARSE_GATHER  segment softmax over an edge list; gathered (E, H, D) messages
+                   summed by index_add
+
+plan()'s decisions, in the order it makes them:
+
+    topology                        condition                                 path
+    ------------------------------  ----------------------------------------  -------------
+    edges (or run as edges, below)  the score opts in (``fused_edges()``:     FUSED_GATV2
+                                    GATv2), LeakyReLU slope >= 0, no bias,
+                                    mask, dropout or hard attention, edge_attr
+                                    None or (E, H, A)
+                                    eager CPU run, CSR_MIN_EDGES <= E <=      SPARSE_CSR
+                                    Nq * Nk (CSR_MIN_EDGES_FEW when E <= Nk)
+                                    otherwise                                 SPARSE_GATHER
+    window                          eager CPU run                             run as edges
+                                    otherwise (accelerator, torch.compile)    WINDOW_BLOCKS
+    complete, bipartite             at most one query per set, not complete   run as edges
+                                    dot-product score, no edge_attr, no hard  DENSE_SDPA
+                                    attention, no weights wanted
+                                    otherwise                                 DENSE_BLOCKS
+
+Topologies run as an edge list (:func:`edge_view`, the same canonical edge order):
+windows on an eager CPU run (the CSR kernels beat the gathered blocks there 4-8x,
+benchmarks/scaling.py) and bipartite topologies with at most one query per set
+(attention pooling: padding them into (B, 1, L) blocks costs more than a segment
+softmax). Weights are wanted when ``attend`` returns them or a ``setattn.capture()``
+block is open. Whether the score is a dot product is asked at the query width.
+
+Sub-choices made inside a path, from what only the path has (the prepared queries
+and keys); the functions below make them:
+
+* :func:`dot_logits`: the logits of a dot-product score without edge features are
+  matrix products (an SDDMM on SPARSE_CSR, einsums on the block paths); otherwise
+  the score's ``combine`` runs on gathered (query, key) pairs.
+* :func:`reuse_key_rows` (SPARSE_*): when the values are the very prepared keys whose
+  rows the logits gathered (``v is pk``: an unprojected GATv2 or a plain module with
+  ``v is k``), the sum reuses those rows with index_add: on SPARSE_CSR instead of the
+  CSR product, on SPARSE_GATHER instead of gathering them again.
+* DENSE_*: a batch that is one bucket without padding is reshaped, not gathered.
+
+plan() reads shapes, devices, object identities and the topology's cached facts;
+it never reads tensor data that the paths would not read anyway.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+from torch import Tensor, nn
+
+from setattn.engine.scoring import DEFAULT_SCORE, dot_scale
+from setattn.topology import Bipartite, Complete, Edges, Topology, Window
+
+
+class EnginePath(Enum):
+    """The engine's paths; see the table in :mod:`setattn.engine.plan`."""
+
+    DENSE_SDPA = "dense_sdpa"
+    DENSE_BLOCKS = "dense_blocks"
+    WINDOW_BLOCKS = "window_blocks"
+    FUSED_GATV2 = "fused_gatv2"
+    SPARSE_CSR = "sparse_csr"
+    SPARSE_GATHER = "sparse_gather"
+
+
+# Below this many edges, building the two CSR layouts costs more than it saves: gathered
+# messages and index_add are faster (fwd+bwd, 4 heads x 32: 1.2 vs 2.0 ms at 500 edges,
+# 6.5 vs 3.7 ms at 2000).
+CSR_MIN_EDGES = 1024
+# The same when there are no more edges than keys (attention pooling: one edge per key),
+# whose gathered messages are no bigger than the values: pooling 4 heads x 32, fwd+bwd,
+# 8.8 vs 12 ms at 4096 items, 17 vs 21 ms at 8192; CSR wins from about 16k items on.
+CSR_MIN_EDGES_FEW = 16384
+
+
+def plan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    topology: Topology,
+    score: nn.Module | None = None,
+    *,
+    bias: Tensor | None = None,
+    mask: Tensor | None = None,
+    edge_attr: Tensor | None = None,
+    dropout: float = 0.0,
+    training: bool = True,
+    hard: int | str | None = None,
+    need_weights: bool = False,
+) -> EnginePath:
+    """The path ``attend`` takes for these arguments (the tables in the module docstring).
+
+    Two choices are left to the paths because they need the prepared queries and keys,
+    which plan() does not compute: whether logits are matrix products
+    (:func:`dot_logits`) and whether a sparse path's sum reuses gathered key rows
+    (:func:`reuse_key_rows`, which on SPARSE_CSR replaces the CSR product).
+
+    Args:
+        q: (Nq, H, Dk) queries; k: (Nk, H, Dk) keys; v: (Nk, H, Dv) values.
+        topology, score, bias, mask, edge_attr, dropout, training, hard: as for
+            ``attend`` (only their kinds, shapes and presence matter here).
+        need_weights: the weights are wanted (``return_weights`` or capture).
+
+    Returns:
+        the chosen :class:`EnginePath`.
+    """
+    score = DEFAULT_SCORE if score is None else score
+    p = dropout if training else 0.0
+    if isinstance(topology, Edges):
+        return _edge_path(v, topology, score, bias, mask, edge_attr, p, hard)
+    if isinstance(topology, Window):
+        if not csr_kernels_serve(v):
+            return EnginePath.WINDOW_BLOCKS
+        return _edge_path(v, edge_view(topology), score, bias, mask, edge_attr, p, hard)
+    if isinstance(topology, Bipartite):
+        if one_query_per_set(topology):
+            return _edge_path(v, edge_view(topology), score, bias, mask, edge_attr, p, hard)
+        if sdpa_applies(q, score, edge_attr, hard, need_weights):
+            return EnginePath.DENSE_SDPA
+        return EnginePath.DENSE_BLOCKS
+    raise TypeError(f"topology must come from setattn.topology, got {type(topology).__name__}")
+
+
+def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias: Tensor | None,
+               mask: Tensor | None, edge_attr: Tensor | None, p: float,
+               hard: int | str | None) -> EnginePath:
+    """FUSED_GATV2, SPARSE_CSR or SPARSE_GATHER for an edge list."""
+    if fused_gatv2_applies(score, bias, mask, edge_attr, p, hard):
+        return EnginePath.FUSED_GATV2
+    if csr_kernels_serve(v) and csr_pays_off(top):
+        return EnginePath.SPARSE_CSR
+    return EnginePath.SPARSE_GATHER
+
+
+# ---------------------------------------------------------------------------------------
+# the decisions
+
+
+def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | None,
+                        edge_attr: Tensor | None, p: float, hard: int | str | None) -> bool:
+    """The score opts into the fused GATv2 kernel (``fused_edges()`` gives its parameters),
+    its LeakyReLU slope is >= 0 (the kernel reads which side of 0 an input was off the
+    sign of the activation), and nothing the kernel does not compute is asked for: no
+    bias, mask, dropout (p > 0) or hard attention; edge features, if any, are (E, H, A)."""
+    if bias is not None or mask is not None or p != 0 or hard is not None:
+        return False
+    if edge_attr is not None and edge_attr.dim() != 3:
+        return False
+    # looked up on the class: a miss on the instance goes through nn.Module.__getattr__
+    if getattr(type(score), "fused_edges", None) is None:
+        return False
+    params = score.fused_edges()
+    return params is not None and params[1] >= 0
+
+
+def csr_kernels_serve(x: Tensor) -> bool:
+    """CSR kernels serve eager CPU runs; compiled or accelerator runs use index_add."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def csr_fits(top: Edges) -> bool:
+    """No more edges than (query, key) pairs: ``sampled_addmm`` rejects patterns with more
+    entries than the dense matrix has, which a multigraph (repeated edges) can reach."""
+    return top.num_edges <= top.num_q * top.num_kv
+
+
+def csr_pays_off(top: Edges) -> bool:
+    """Enough edges for the CSR layouts to pay for themselves, and a pattern they fit."""
+    least = CSR_MIN_EDGES if top.num_edges > top.num_kv else CSR_MIN_EDGES_FEW
+    return least <= top.num_edges and csr_fits(top)
+
+
+def one_query_per_set(top: Bipartite) -> bool:
+    """Every set has at most one query (pooling: a summary per set attends to its items);
+    ``complete`` topologies never count. Cached on the topology."""
+    if "one_query" not in top._cache:
+        top._cache["one_query"] = bool((top.sizes_q <= 1).all()) and not isinstance(
+            top, Complete)
+    return top._cache["one_query"]
+
+
+def sdpa_applies(q: Tensor, score: nn.Module, edge_attr: Tensor | None,
+                 hard: int | str | None, need_weights: bool) -> bool:
+    """``scaled_dot_product_attention`` can compute a bucket: a dot-product score, no
+    edge features, soft attention, and no weights wanted (SDPA does not return them)."""
+    return (edge_attr is None and hard is None and not need_weights
+            and dot_scale(score, q.shape[-1]) is not None)
+
+
+def edge_view(top: Window | Bipartite) -> Edges:
+    """The topology's pairs as an edge list in its canonical order, cached on it."""
+    if "edges" not in top._cache:
+        top._cache["edges"] = Edges(top.edge_index(), num_q=top.num_q, num_kv=top.num_kv)
+    return top._cache["edges"]
+
+
+# ---------------------------------------------------------------------------------------
+# sub-choices made inside a path
+
+
+def dot_logits(scale: float | None, edge_attr: Tensor | None) -> bool:
+    """Logits as matrix products: the score is ``scale * <pq, pk>`` and no edge features
+    enter it (``scale`` from the score at the prepared width)."""
+    return scale is not None and edge_attr is None
+
+
+def reuse_key_rows(v: Tensor, pk: Tensor, pk_e: Tensor | None) -> bool:
+    """The values are the prepared keys themselves and the logits already gathered their
+    rows (``pk_e``, (E, H, A), or None): the sum reuses those rows with index_add. On
+    SPARSE_CSR that beats the CSR product, whose layouts cost more to build than it
+    saves then; on SPARSE_GATHER it saves gathering them again."""
+    return v is pk and pk_e is not None
+
+
+# ---------------------------------------------------------------------------------------
+# a path asked for by the caller
+
+
+def forced_path(path: EnginePath | str, q: Tensor, k: Tensor, v: Tensor, topology: Topology,
+                score: nn.Module | None = None, *, bias: Tensor | None = None,
+                mask: Tensor | None = None, edge_attr: Tensor | None = None,
+                dropout: float = 0.0, training: bool = True, hard: int | str | None = None,
+                need_weights: bool = False) -> EnginePath:
+    """``path`` as an :class:`EnginePath` when it can compute this call (arguments as for
+    :func:`plan`).
+
+    Raises:
+        ValueError: naming the path and why it does not apply.
+    """
+    path = EnginePath(path)
+    score = DEFAULT_SCORE if score is None else score
+    p = dropout if training else 0.0
+    if path is EnginePath.FUSED_GATV2:
+        ok = fused_gatv2_applies(score, bias, mask, edge_attr, p, hard)
+        why = ("needs a score that opts in (GATv2, LeakyReLU slope >= 0) and no bias, mask, "
+               "dropout, hard attention or (E, H) edge_attr")
+    elif path is EnginePath.SPARSE_CSR:
+        ok, why = _csr_applies(v, topology)
+    elif path is EnginePath.WINDOW_BLOCKS:
+        ok, why = isinstance(topology, Window), "needs a window topology"
+    elif path in (EnginePath.DENSE_SDPA, EnginePath.DENSE_BLOCKS):
+        ok, why = isinstance(topology, Bipartite), "needs a complete or bipartite topology"
+        if ok and path is EnginePath.DENSE_SDPA:
+            ok = sdpa_applies(q, score, edge_attr, hard, need_weights)
+            why = ("needs a dot-product score, no edge_attr, no hard attention and no weights "
+                   "wanted (return_weights or capture)")
+    else:
+        ok, why = True, ""
+    if not ok:
+        raise ValueError(f"path {path.name} does not apply to this call: it {why}")
+    return path
+
+
+def _csr_applies(v: Tensor, topology: Topology) -> tuple[bool, str]:
+    if not csr_kernels_serve(v):
+        return False, "runs on CPU tensors outside torch.compile only"
+    top = topology if isinstance(topology, Edges) else edge_view(topology)
+    return csr_fits(top), "needs at most Nq * Nk edges (repeated edges can exceed that)"
