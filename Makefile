@@ -1,11 +1,12 @@
-# Two commands: `make demo` (main job) and `make test` (test suite).
+# Two commands: `make demo` (main job) and `make test` (test suite); `make docs` builds
+# the API reference.
 # Each creates the local virtual environment .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint docs bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,8 +36,15 @@ test-fast: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
+# The API reference from the docstrings (docs/*.rst), warnings as errors, built from
+# scratch so that no warning hides in an unchanged page: docs/_build/html/index.html
+docs: $(STAMP)
+	rm -rf docs/_build
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "API reference: docs/_build/html/index.html"
+
 lint: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs docs/_build

@@ -6,7 +6,7 @@ D features (Dk for queries/keys, Dv for values), L padded set length.
 
 __version__ = "0.1.0"
 
-from setattn import scores, topology
+from setattn import nn, scores, topology
 from setattn.capture import capture
 from setattn.engine import AttentionGraph, attend, masked_softmax, segment_softmax
 from setattn.topology import bipartite, complete, edges, ptr_from_batch, window
@@ -19,6 +19,7 @@ __all__ = [
     "complete",
     "edges",
     "masked_softmax",
+    "nn",
     "ptr_from_batch",
     "scores",
     "segment_softmax",

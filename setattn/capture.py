@@ -1,5 +1,7 @@
 """Record the attention weights of every ``attend`` call inside a ``with`` block.
 
+For example::
+
     with setattn.capture() as att:
         out = model(batch)
     att["encoder.layers.0.attn"]   # AttentionGraph(edge_index (2, E), weights (E, H))

@@ -36,9 +36,22 @@ from setattn.datasets.bundled import (
     load_tox21,
 )
 from setattn.datasets.images import ImageSet, load_image_csv
-from setattn.datasets.molecules import MoleculeSet, load_molecule_csv, load_molecule_sdf
 from setattn.datasets.planetoid import convert_planetoid, load_planetoid
 from setattn.datasets.text import TextSet, load_text_csv
+
+try:  # RDKit is optional (setattn[molecules]); the other loaders work without it
+    from setattn.datasets.molecules import MoleculeSet, load_molecule_csv, load_molecule_sdf
+except ModuleNotFoundError as err:
+    if err.name != "rdkit":
+        raise
+
+    def __getattr__(name: str) -> object:
+        """The RDKit names of ``__all__`` when RDKit is not installed: say what to install."""
+        if name in __all__:
+            message = f"setattn.datasets.{name} needs RDKit: pip install 'setattn[molecules]'"
+            raise ModuleNotFoundError(message, name="rdkit")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DATASETS_DIR",

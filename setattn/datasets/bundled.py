@@ -1,23 +1,28 @@
-"""Named shortcuts for the data sets bundled in the repository's ``datasets/`` folder.
+"""Named shortcuts for the bundled data sets: the repository's ``datasets/`` folder.
 
 ``load_freesolv``, ``load_esol``, ``load_tox21``, ``load_solubility``, ``load_cora``,
 ``load_mr``, ``load_digits``, ``load_mnist5k``; each takes ``root`` to look in another
-folder laid out the same way (see ``datasets/README.md``).
+folder laid out the same way (see ``datasets/README.md``). By default they read
+``DATASETS_DIR``: in an installed wheel the copy shipped inside the package
+(``setattn/_datasets``, put there by the build, see ``setup.py``), in a source checkout
+or an editable install the repository's ``datasets/``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch_geometric.data import Data
 
 from setattn.datasets.files import PathLike, existing_file
 from setattn.datasets.images import ImageSet, load_image_csv
-from setattn.datasets.molecules import MoleculeSet, load_molecule_csv, load_molecule_sdf
 from setattn.datasets.planetoid import load_planetoid
 from setattn.datasets.text import TextSet
+
+if TYPE_CHECKING:  # the molecule loaders import RDKit (setattn[molecules]) when called
+    from setattn.datasets.molecules import MoleculeSet
 
 __all__ = [
     "DATASETS_DIR",
@@ -32,8 +37,19 @@ __all__ = [
     "load_tox21",
 ]
 
-DATASETS_DIR: Path = Path(__file__).resolve().parents[2] / "datasets"
-"""The repository's ``datasets/`` folder, where the named shortcuts look by default."""
+
+def _bundled_dir() -> Path:
+    """``setattn/_datasets`` when the package ships it (a wheel), else the repository's
+    ``datasets/`` beside the package. The shipped copy comes first: a ``datasets`` folder
+    beside an installed package would be another distribution's (in site-packages)."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "_datasets"
+    return shipped if shipped.is_dir() else package.parent / "datasets"
+
+
+DATASETS_DIR: Path = _bundled_dir()
+"""Where the named shortcuts look by default: ``setattn/_datasets`` in an installed
+wheel, the repository's ``datasets/`` in a source checkout or an editable install."""
 
 TOX21_TASKS: tuple[str, ...] = (
     "NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
@@ -50,6 +66,8 @@ def load_freesolv(
     *, graph: Literal["bonds", "complete"] = "bonds", root: PathLike | None = None
 ) -> MoleculeSet:
     """FreeSolv: 642 molecules, target ``expt`` (hydration free energy, kcal/mol)."""
+    from setattn.datasets.molecules import load_molecule_csv
+
     path = _root(root) / "molecules" / "freesolv.csv"
     return load_molecule_csv(path, "smiles", ["expt"], graph=graph)
 
@@ -58,6 +76,8 @@ def load_esol(
     *, graph: Literal["bonds", "complete"] = "bonds", root: PathLike | None = None
 ) -> MoleculeSet:
     """ESOL (Delaney): 1128 molecules, target measured log solubility (mol/L)."""
+    from setattn.datasets.molecules import load_molecule_csv
+
     path = _root(root) / "molecules" / "delaney-processed.csv"
     target = "measured log solubility in mols per litre"
     return load_molecule_csv(path, "smiles", [target], graph=graph)
@@ -71,6 +91,8 @@ def load_tox21(
     8 SMILES (aluminium species) do not parse in RDKit; they are in ``failures``,
     so ``data`` holds 7823 molecules.
     """
+    from setattn.datasets.molecules import load_molecule_csv
+
     path = _root(root) / "molecules" / "tox21.csv"
     return load_molecule_csv(path, "smiles", list(TOX21_TASKS), graph=graph)
 
@@ -84,6 +106,8 @@ def load_solubility(
     """Huuskonen aqueous solubility: 1025 train or 257 test molecules, target ``SOL``."""
     if split not in ("train", "test"):
         raise ValueError(f"argument split must be 'train' or 'test', got {split!r}")
+    from setattn.datasets.molecules import load_molecule_sdf
+
     path = _root(root) / "molecules" / f"solubility.{split}.sdf"
     return load_molecule_sdf(path, ["SOL"], graph=graph)
 

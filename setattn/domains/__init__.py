@@ -17,16 +17,6 @@ from setattn.domains.images import (
     patch_values_to_image,
     patches_to_image,
 )
-from setattn.domains.molecules import (
-    ATOM_FEATURE_DIM,
-    BOND_FEATURE_DIM,
-    InvalidSmilesError,
-    atom_feature_names,
-    bond_feature_names,
-    keep_largest_fragment,
-    mol_to_data,
-    parse_smiles,
-)
 from setattn.domains.text import (
     Tokenizer,
     Vocabulary,
@@ -34,6 +24,29 @@ from setattn.domains.text import (
     documents_to_batch,
     window_edge_index,
 )
+
+try:  # RDKit is optional (setattn[molecules]); the text, image and graph builders work without it
+    from setattn.domains.molecules import (
+        ATOM_FEATURE_DIM,
+        BOND_FEATURE_DIM,
+        InvalidSmilesError,
+        atom_feature_names,
+        bond_feature_names,
+        keep_largest_fragment,
+        mol_to_data,
+        parse_smiles,
+    )
+except ModuleNotFoundError as err:
+    if err.name != "rdkit":
+        raise
+
+    def __getattr__(name: str) -> object:
+        """The RDKit names of ``__all__`` when RDKit is not installed: say what to install."""
+        if name in __all__:
+            message = f"setattn.domains.{name} needs RDKit: pip install 'setattn[molecules]'"
+            raise ModuleNotFoundError(message, name="rdkit")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ATOM_FEATURE_DIM",

@@ -15,11 +15,13 @@ source); an undirected graph gives both directions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import torch
 from torch_geometric.data import Data
+
+if TYPE_CHECKING:  # networkx is optional (setattn[plots]): imported where a graph is built
+    import networkx as nx
 
 __all__ = ["attention_to_networkx", "from_networkx", "to_networkx"]
 
@@ -132,6 +134,8 @@ def to_networkx(data: Data, *, undirected: bool = False) -> nx.DiGraph | nx.Grap
     Returns:
         The networkx graph with nodes 0 .. N-1 (isolated nodes included).
     """
+    import networkx as nx
+
     graph: nx.Graph = nx.Graph() if undirected else nx.DiGraph()
     node_fields, edge_fields = _node_and_edge_fields(data)
     node_values = {key: data[key].tolist() for key in node_fields}
@@ -218,6 +222,7 @@ def attention_to_networkx(
     num_sources, num_targets = _side_sizes(edge_index, num_nodes)
     if bipartite is None:
         bipartite = isinstance(num_nodes, tuple) and num_sources != num_targets
+    import networkx as nx
 
     graph = nx.DiGraph()
     if bipartite:

@@ -2,7 +2,7 @@
 
 On small regression sets a smooth function of RDKit's 2D descriptors is hard to beat:
 on FreeSolv it is more accurate than the attention network alone (see the README's
-molecule table). ``KernelRidge`` fits one in closed form:
+molecule table). ``KernelRidge`` fits one in closed form::
 
     z = clamp((d - mean) / std, -5, 5)             standardised descriptors (G, F)
     k(z, z') = exp(-gamma / F * |z - z'|^2)         RBF kernel

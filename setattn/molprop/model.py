@@ -1,5 +1,7 @@
 """Molecule property predictor: attention over the atom graph, attention pooling, MLP.
 
+The layers::
+
     atoms x (N, F_atom) --Linear--> h (N, D)
     L x [ h = h + ELU(GATv2Conv(h, bonds + self loops, bond features)) ]
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)

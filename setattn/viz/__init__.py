@@ -6,7 +6,6 @@
   ``plot_patch_attention`` and ``plot_node_attention``.
 """
 
-from setattn.viz.molecules import draw_atom_weights, weight_colour
 from setattn.viz.plots import (
     plot_alignment,
     plot_node_attention,
@@ -15,6 +14,20 @@ from setattn.viz.plots import (
     plot_word_weights,
     words_to_html,
 )
+
+try:  # RDKit is optional (setattn[molecules]); the matplotlib pictures work without it
+    from setattn.viz.molecules import draw_atom_weights, weight_colour
+except ModuleNotFoundError as err:
+    if err.name != "rdkit":
+        raise
+
+    def __getattr__(name: str) -> object:
+        """The RDKit names of ``__all__`` when RDKit is not installed: say what to install."""
+        if name in __all__:
+            message = f"setattn.viz.{name} needs RDKit: pip install 'setattn[molecules]'"
+            raise ModuleNotFoundError(message, name="rdkit")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "draw_atom_weights",
