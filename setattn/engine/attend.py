@@ -15,11 +15,10 @@ captured never include dropout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
+from setattn.attention_graph import AttentionGraph
 from setattn.capture import is_capturing, record
 from setattn.engine.dense import attend_blocks
 from setattn.engine.fused_gatv2 import attend_fused
@@ -28,40 +27,6 @@ from setattn.engine.scoring import DEFAULT_SCORE
 from setattn.engine.sparse import attend_edges
 from setattn.engine.window import attend_window
 from setattn.topology import Bipartite, Complete, Edges, Topology, Window
-
-
-@dataclass
-class AttentionGraph:
-    """Attention weights as a weighted directed graph.
-
-    Attributes:
-        edge_index: (2, E) long; row 0 = source j (key), row 1 = target i (query).
-        weights: (E, H) attention weight of every edge and head; for each target and
-            head the weights of its incoming edges sum to 1 (or are all 0).
-        num_nodes: (num_kv, num_q), the sizes of the source and target node sets.
-        bipartite: sources and targets are different node sets (cross attention,
-            pooling, a bipartite edge list), so node j and target j are not the same node.
-    """
-
-    edge_index: Tensor
-    weights: Tensor
-    num_nodes: tuple[int, int]
-    bipartite: bool = False
-
-    def to_networkx(self):
-        """A ``networkx.DiGraph`` with ``weight`` (mean over heads) and ``head0``... attributes."""
-        from setattn.domains.graphs import attention_to_networkx
-
-        return attention_to_networkx(self.edge_index, self.weights, num_nodes=self.num_nodes,
-                                     bipartite=self.bipartite)
-
-    def to_dense(self) -> Tensor:
-        """(H, num_q, num_kv) weight matrix (zeros where there is no edge; repeated edges add)."""
-        src, dst = self.edge_index
-        h = self.weights.shape[1]
-        dense = self.weights.new_zeros(h, self.num_nodes[1], self.num_nodes[0])
-        heads = torch.arange(h, device=dense.device)[:, None]  # (H, 1)
-        return dense.index_put_((heads, dst[None], src[None]), self.weights.t(), accumulate=True)
 
 
 def attend(
