@@ -2,8 +2,8 @@
 
 PyTorch sends float32 ``mm``, ``bmm`` and the products inside scaled dot-product
 attention on the CPU to MKL, which takes a slower path on AMD CPUs: on the development
-machine (AMD EPYC, AVX-512) a 2048 x 2048 product runs at 96 GFLOP/s through MKL and
-203 GFLOP/s through oneDNN (``benchmarks/engine.py --only-matmul`` prints both).
+machine (AMD EPYC, AVX-512) oneDNN was twice as fast (``benchmarks/engine.py
+--only-matmul`` prints both rates; benchmarks/results/engine.md).
 PyTorch routes float32 products to oneDNN only when
 ``torch.backends.mkldnn.matmul.fp32_precision`` is ``"bf16"``, a setting that also
 *allows* oneDNN to round the inputs to bfloat16; whether it does depends on the CPU (it
@@ -12,9 +12,8 @@ exact float32 result rounded inputs would change, and ``fast_float32_matmul`` sw
 oneDNN on only when they came out exact.
 
 Use it where shapes repeat (complete sets padded to one shape, fixed-size batches):
-oneDNN prepares a kernel per new shape (0.78 ms per (M, 128) x (128, 128) product of a
-new M on that machine, in a one-off measurement), so a molecule training loop, whose
-every batch has its own atom count, got slower with it.
+oneDNN prepares a kernel per new shape, so a molecule training loop, whose every batch
+has its own atom count, got slower with it.
 """
 
 from __future__ import annotations

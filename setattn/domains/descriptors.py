@@ -14,8 +14,8 @@ import torch
 from rdkit import Chem
 from torch import Tensor
 
-# Left out for speed, measured on Tox21 (ms per molecule): qed 3.9, the BCUT2D family
-# 1.1, SPS 0.5; Ipc overflows float32 on large molecules. The rest take about 8 ms.
+# Left out: the slowest to compute (benchmarks/results/engine.md); Ipc also overflows
+# float32 on large molecules.
 _SLOW_DESCRIPTORS = ("qed", "SPS", "Ipc", "BCUT2D_")
 
 

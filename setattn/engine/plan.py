@@ -39,8 +39,8 @@ plan()'s decisions, in the order it makes them:
                                     otherwise                                 DENSE_BLOCKS
 
 Topologies run as an edge list (:func:`edge_view`, the same canonical edge order):
-windows on an eager CPU run (the CSR kernels beat the gathered blocks there 4-8x,
-benchmarks/scaling.py) and bipartite topologies with at most one query per set
+windows on an eager CPU run (the CSR kernels beat the gathered blocks there,
+benchmarks/results/engine.md) and bipartite topologies with at most one query per set
 (attention pooling: padding them into (B, 1, L) blocks costs more than a segment
 softmax). Weights are wanted when ``attend`` returns them or a ``setattn.capture()``
 block is open. Whether the score is a dot product is asked at the query width.
@@ -84,12 +84,10 @@ class EnginePath(Enum):
 
 
 # Below this many edges, building the two CSR layouts costs more than it saves: gathered
-# messages and index_add are faster (fwd+bwd, 4 heads x 32: 1.2 vs 2.0 ms at 500 edges,
-# 6.5 vs 3.7 ms at 2000).
+# messages and index_add are faster (measurements: benchmarks/results/engine.md).
 CSR_MIN_EDGES = 1024
 # The same when there are no more edges than keys (attention pooling: one edge per key),
-# whose gathered messages are no bigger than the values: pooling 4 heads x 32, fwd+bwd,
-# 8.8 vs 12 ms at 4096 items, 17 vs 21 ms at 8192; CSR wins from about 16k items on.
+# whose gathered messages are no bigger than the values.
 CSR_MIN_EDGES_FEW = 16384
 
 

@@ -173,7 +173,7 @@ def _set_up(model: MoleculeModel, train_data: Sequence[Data], val_data: Sequence
     sampler = distributed.ShardBatchSampler(
         BatchSampler(RandomSampler(train_list, generator=generator), batch_size, False),
         w.rank, w.size)
-    # batches cut out of the training set concatenated once (PyG's collate costs ~6x more)
+    # batches cut out of the training set concatenated once (faster than PyG's collate)
     loader = IndexLoader(range(len(train_list)), batch_sampler=sampler, generator=generator,
                          collate_fn=PackedMolecules(train_list).batch)
     train_y = stacked_targets(train_data)  # (M, T)

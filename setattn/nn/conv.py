@@ -58,7 +58,8 @@ def _project_edges(lin: nn.Linear, edge_attr: Tensor) -> Tensor:
 
     Multiplying by the transposed weight made contiguous makes autograd compute the
     weight's gradient as (A, E) @ (E, out) instead of (out, E) @ (E, A), whose narrow
-    output MKL computes about 3x slower for the few columns A of bond features.
+    output MKL computes slower for the few columns A of bond features
+    (benchmarks/results/engine.md).
     """
     out = _as_2d(edge_attr).mm(lin.weight.t().contiguous())  # (E, out)
     return out if lin.bias is None else out + lin.bias
