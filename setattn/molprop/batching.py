@@ -149,6 +149,6 @@ def batches(data: Sequence[Data], batch_size: int = 256) -> list[Batch]:
     return [collate_molecules(data[i:i + batch_size]) for i in range(0, len(data), batch_size)]
 
 
-def stacked_targets(data: Sequence[Data]) -> Tensor:
-    """(M, T) targets of the molecules, stacked (a (0, 1) tensor for none)."""
-    return torch.cat([d.y for d in data]) if data else torch.zeros(0, 1)
+def stacked_targets(data: Sequence[Data], num_tasks: int = 1) -> Tensor:
+    """(M, T) targets of the molecules, stacked (a (0, ``num_tasks``) tensor for none)."""
+    return torch.cat([d.y for d in data]) if data else torch.zeros(0, num_tasks)
