@@ -140,6 +140,8 @@ class MoleculePredictor:
         if unknown:
             raise TypeError(f"MoleculePredictor: unknown option(s) {unknown}; options: "
                             f"{allowed} and descriptors, output_dir, verbose")
+        if isinstance(options.get("target_columns"), str):  # one name
+            options["target_columns"] = [options["target_columns"]]
         self.options = {"task": task, "descriptors": descriptors, **options}
         self.output_dir = None if output_dir is None else Path(output_dir)
         self.verbose = verbose
@@ -163,16 +165,17 @@ class MoleculePredictor:
         """The T target names (of ``y``'s columns, or the loaded run's)."""
         return list(self.meta.get("target_columns", []))
 
-    def _new_run_dir(self) -> Path:
-        """An empty run directory: ``output_dir``, or a new temporary one."""
+    def _new_run_dir(self) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+        """An empty run directory: ``output_dir``, or a new temporary one (returned too,
+        to be kept for as long as its run is this object's)."""
         if self.output_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="setattn-")
-            return Path(self._tmp.name)
+            tmp = tempfile.TemporaryDirectory(prefix="setattn-")
+            return Path(tmp.name), tmp
         if (self.output_dir / "config.json").is_file():
             raise ValueError(f"argument output_dir: {self.output_dir} already holds a run; "
                              f"choose another directory")
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        return self.output_dir
+        return self.output_dir, None
 
     def _names(self, num_targets: int) -> list[str]:
         names = self.options.get("target_columns")
@@ -206,7 +209,6 @@ class MoleculePredictor:
         parts = None
         if val is not None:
             smiles, targets, parts = self._with_validation(smiles, targets, val)
-        out = self._new_run_dir()
         split_column = self.options.get("split_column") or "split"
         header = [self.options.get("smiles_column") or "smiles", *names]
         override = {}
@@ -215,11 +217,12 @@ class MoleculePredictor:
             override = {"split": "column", "split_column": split_column}
         if len(set(header)) < len(header):
             raise ValueError(f"argument target_columns: the column names {header} repeat")
+        out, tmp = self._new_run_dir()  # a failed fit leaves the last run as it was
         _write_data(out / DATA_FILE, header, smiles, targets, parts)
         run = self._run_config(str((out / DATA_FILE).resolve()), names, **override)
-        self.metrics = run_training(run, out, log=print if self.verbose else _quiet)
+        metrics = run_training(run, out, log=print if self.verbose else _quiet)
         self.models, self.meta = load_run(out, resolve_device(run.train.device))
-        self.run_dir = out
+        self.metrics, self.run_dir, self._tmp = metrics, out, tmp
         return self
 
     def _with_validation(self, smiles: list[str], targets: np.ndarray,

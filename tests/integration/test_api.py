@@ -223,3 +223,21 @@ def test_split_column_on_the_command_line(freesolv, tmp_path, capsys):
     assert status == 2
     assert stderr.strip() == ("setattn train: error: labelled.csv: column 'part': row 4: "
                               "'holdout' is not train, val or test")
+
+
+def test_a_failed_fit_keeps_the_last_run(freesolv, tmp_path):
+    smiles, expt = _columns(freesolv, "smiles", "expt")
+    model = MoleculePredictor(verbose=False, **OPTIONS).fit(smiles, np.array(expt, float))
+    before = model.predict(smiles[:5])
+    with pytest.raises(ValueError, match="no valid molecule to train on"):
+        model.fit(["xyz", "C1CC"], [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"the column names \['smiles', 'smiles'\] repeat"):
+        MoleculePredictor(target_columns=["smiles"], output_dir=tmp_path / "dup").fit(
+            ["CCO"], [1.0])
+    assert not (tmp_path / "dup").exists()
+    assert np.array_equal(model.predict(smiles[:5]), before)
+    assert (model.save(tmp_path / "kept") / "model_0" / "best.pt").is_file()
+
+
+def test_one_target_name_may_be_a_string():
+    assert MoleculePredictor(target_columns="expt").options["target_columns"] == ["expt"]
