@@ -27,7 +27,6 @@ from setattn.cli.explain import cmd_explain
 from setattn.cli.parser import build_parser
 from setattn.cli.predict import cmd_predict
 from setattn.cli.train import cmd_train
-from setattn.molprop import distributed
 from setattn.molprop.checkpoint import CheckpointError
 
 __all__ = ["build_parser", "main"]
@@ -45,9 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     process.set_up(args.command, args.num_threads)
     command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain}[args.command]
     try:
-        if args.command == "train":  # one process group per run under torchrun
-            with distributed.session():
-                return command(args)
         return command(args)
     except (FileNotFoundError, CheckpointError, ValueError) as err:
         print(f"setattn {args.command}: error: {err}", file=sys.stderr)

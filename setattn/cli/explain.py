@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from setattn.molprop.checkpoint import load_run
+from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import explain_molecule
 from setattn.viz import draw_atom_weights
 
@@ -19,7 +20,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"argument --output: {output} must end in .png or .svg")
-    models, meta = load_run(args.model)
+    models, meta = load_run(args.model, resolve_device(args.device))
     weights, prediction = explain_molecule(models[0], args.smiles)  # (N, H), (T,)
     heads = weights.shape[1]
     panels = [weights.mean(1)]  # (N,) each

@@ -7,25 +7,13 @@ import argparse
 from dataclasses import MISSING, Field
 
 from setattn.cli.process import DEFAULT_THREADS
-from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.loop import CHECKPOINT_SECONDS
-from setattn.molprop.model import MoleculeModelConfig
-from setattn.molprop.options import flag_fields
+from setattn.molprop.settings import DEFAULT_DESCRIPTORS, run_flags
+
+DEVICE = next(f for _, f in run_flags() if f.name == "device")
+"""The config field behind every command's ``--device``."""
 
 __all__ = ["DEFAULT_DESCRIPTORS", "build_parser", "run_flags"]
-
-DEFAULT_DESCRIPTORS = "rdkit"
-"""Descriptor set unless ``--descriptors`` says otherwise (how it was chosen:
-``benchmarks/results/defaults.md``)."""
-
-
-def run_flags() -> list[tuple[str, Field]]:
-    """Every ``train`` flag that is a config field, with where it lives in a
-    ``RunConfig``: "" the run itself, or its "train" or "model" settings."""
-    return ([("", f) for f in flag_fields(RunConfig)]
-            + [("train", f) for f in flag_fields(TrainConfig)]
-            + [("model", f) for f in flag_fields(MoleculeModelConfig)])
-
 
 def flag_name(name: str) -> str:
     """``--split-sizes`` for the field ``split_sizes``."""
@@ -69,6 +57,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     _add_threads(train)
 
 
+def _add_device(parser: argparse.ArgumentParser) -> None:
+    """``--device`` of ``predict`` and ``explain``: ``train``'s flag (the field
+    ``TrainConfig.device``), with its default."""
+    parser.add_argument(flag_name(DEVICE.name), default=DEVICE.default,
+                        metavar=DEVICE.metadata["metavar"],
+                        help=DEVICE.metadata["help"] + _default_text(DEVICE))
+
+
 def _add_threads(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-threads", type=int, default=DEFAULT_THREADS,
                         help=f"torch CPU threads (default: {DEFAULT_THREADS}; small molecule "
@@ -93,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--workers", type=int, default=1,
                          help="processes featurising and predicting chunks in parallel "
                          "(default: 1, this process alone); the output is the same")
+    _add_device(predict)
     _add_threads(predict)
 
     explain = sub.add_parser("explain", help="draw which atoms the model's readout attended to")
@@ -101,5 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--output", required=True, help="picture to write, .png or .svg")
     explain.add_argument("--heads", action="store_true",
                          help="one panel per attention head after the mean over heads")
+    _add_device(explain)
     _add_threads(explain)
     return parser

@@ -8,6 +8,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from setattn.cli.process import one_thread
 from setattn.molprop.checkpoint import load_run
+from setattn.molprop.device import resolve_device
 from setattn.molprop.predict import predict_csv
 
 __all__ = ["cmd_predict"]
@@ -17,7 +18,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     """Predict; print the row counts. Returns the exit status."""
     if args.workers < 1:
         raise ValueError(f"argument --workers: must be >= 1, got {args.workers}")
-    models, meta = load_run(args.model)
+    device = resolve_device(args.device)
+    if args.workers > 1 and device.type != "cpu":  # CUDA does not survive a fork
+        raise ValueError(f"argument --workers: {args.workers} worker processes need "
+                         f"--device cpu (got {args.device}, which is {device})")
+    models, meta = load_run(args.model, device)
     smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
     try:
         counts = predict_csv(models, meta["target_columns"], args.data, args.output,

@@ -6,17 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from setattn.cli.parser import DEFAULT_DESCRIPTORS, flag_name, run_flags
-from setattn.domains.descriptors import descriptor_count
+from setattn.cli.parser import flag_name
 from setattn.molprop import distributed
 from setattn.molprop.config import RunConfig
+from setattn.molprop.device import resolve_device
 from setattn.molprop.run import run_training
+from setattn.molprop.settings import config_section, new_run, run_flags
 
 __all__ = ["cmd_train", "resumed_run_config", "run_config_from_args"]
-
-
-def _section(run: RunConfig, section: str) -> object:
-    return run if not section else run.train if section == "train" else run.model
 
 
 def _flag_value(args: argparse.Namespace, name: str) -> object:
@@ -25,7 +22,8 @@ def _flag_value(args: argparse.Namespace, name: str) -> object:
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
-    """A new run from ``train`` flags, defaults where a flag is left out.
+    """A new run from ``train`` flags, defaults where a flag is left out: the mapping
+    ``MoleculePredictor`` uses too (``setattn.molprop.settings.new_run``).
 
     Raises:
         ValueError: naming ``--data`` or ``--target-columns`` if missing.
@@ -33,18 +31,8 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     for flag in ("data", "target_columns"):
         if getattr(args, flag) is None:
             raise ValueError(f"argument {flag_name(flag)} is required (unless --resume)")
-    run = RunConfig(data=args.data, target_columns=list(args.target_columns))
-    # the seed flag seeds the split and the models alike
-    run.train.seed = args.seed if args.seed is not None else run.train.seed
-    for section, f in run_flags():
-        value = _flag_value(args, f.name)
-        if value is not None:
-            setattr(_section(run, section), f.name, value)
-    descriptors = args.descriptors or DEFAULT_DESCRIPTORS
-    run.model.descriptor_dim = descriptor_count() if descriptors == "rdkit" else 0
-    run.model.num_tasks = len(run.target_columns)
-    run.model.task = run.task
-    return run
+    return new_run({**{f.name: _flag_value(args, f.name) for _, f in run_flags()},
+                    "descriptors": args.descriptors})
 
 
 def resumed_run_config(args: argparse.Namespace, config_path: Path) -> RunConfig:
@@ -54,7 +42,10 @@ def resumed_run_config(args: argparse.Namespace, config_path: Path) -> RunConfig
         value = _flag_value(args, f.name)
         if value is None:
             continue
-        stored = getattr(_section(run, section), f.name)
+        stored = getattr(config_section(run, section), f.name)
+        if f.name == "device":  # checkpoints hold CPU tensors: a run may go on elsewhere
+            run.train.device = value
+            continue
         same = (Path(value).resolve() == Path(stored).resolve() if f.name == "data"
                 else value == stored)
         if not same:
@@ -82,10 +73,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"argument --output-dir: {out} already holds a run; pass --resume "
                              f"to continue it, or choose another directory")
         run = run_config_from_args(args)
-    distributed.barrier()  # under torchrun: every rank has checked out/ before rank 0 writes
-    metrics = run_training(run, out, resume=args.resume,
-                           checkpoint_seconds=args.checkpoint_seconds)
-    if not distributed.world().is_main:
+    # one process group per run under torchrun (NCCL on GPUs)
+    with distributed.session(resolve_device(run.train.device)) as world:
+        distributed.barrier()  # every rank has checked out/ before rank 0 writes
+        metrics = run_training(run, out, resume=args.resume,
+                               checkpoint_seconds=args.checkpoint_seconds)
+    if not world.is_main:
         return 0
     test = metrics["test"]
     if run.task == "regression":

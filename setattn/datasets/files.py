@@ -6,13 +6,15 @@ missing column lists the columns present, and a bad target cell names its row an
 
 from __future__ import annotations
 
+import csv
 import gzip
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["PathLike", "as_list", "check_columns", "existing_file", "open_text", "parse_target"]
+__all__ = ["PathLike", "as_list", "check_columns", "existing_file", "open_text", "parse_target",
+           "read_column"]
 
 PathLike = str | Path
 
@@ -54,3 +56,18 @@ def parse_target(cell: str | None, path: Path, row: int, column: str) -> float:
         raise ValueError(
             f"{path.name}: row {row}, column {column!r}: target {cell!r} is not a number"
         ) from None
+
+
+def read_column(path: PathLike, column: str) -> list[str]:
+    """The cells of one column of a CSV with a header line (``.csv`` or ``.csv.gz``), one
+    per data row ("" for an empty or absent cell).
+
+    Raises:
+        FileNotFoundError: naming ``path``.
+        ValueError: if the column is missing (listing the columns present).
+    """
+    path = existing_file(path)
+    with open_text(path) as handle:
+        reader = csv.DictReader(handle)
+        check_columns(list(reader.fieldnames or []), [column], path)
+        return [record[column] or "" for record in reader]

@@ -12,11 +12,16 @@ The modules, in the order data flows through them:
   ``distributed``: torchrun support.
 - ``predict``: predictions, streamed from CSVs of any size; ``explain``: the readout's
   attention over atoms.
+- ``api``: ``MoleculePredictor``, all of the above from Python (``fit`` / ``predict`` /
+  ``predict_std`` / ``explain`` / ``save`` / ``load``); ``settings``: the options of
+  ``setattn train`` and of ``MoleculePredictor`` -> a ``RunConfig``; ``device``: where
+  models run.
 
 Submodules keep their own names (``setattn.molprop.featurize.featurize``,
 ``setattn.molprop.predict.predict``): the package exports no function named like one.
 """
 
+from setattn.molprop.api import MoleculePredictor
 from setattn.molprop.batching import PackedMolecules, batches, collate_molecules
 from setattn.molprop.checkpoint import (
     CheckpointError,
@@ -42,6 +47,7 @@ __all__ = [
     "FitResult",
     "MoleculeModel",
     "MoleculeModelConfig",
+    "MoleculePredictor",
     "PackedMolecules",
     "RunConfig",
     "TrainConfig",

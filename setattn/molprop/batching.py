@@ -22,9 +22,12 @@ __all__ = ["PackedMolecules", "batches", "collate_molecules", "pack", "stacked_t
 
 
 def pack(data: list[Data], descriptor_dim: int) -> dict:
-    """Molecules as concatenated tensors with per-molecule offsets (no Python objects)."""
-    nodes = torch.tensor([0] + [d.num_nodes for d in data]).cumsum(0)  # (M + 1,)
-    edges = torch.tensor([0] + [d.edge_index.shape[1] for d in data]).cumsum(0)  # (M + 1,)
+    """Molecules as concatenated tensors with per-molecule offsets (no Python objects), on
+    the molecules' device."""
+    device = data[0].x.device if data else torch.device("cpu")
+    nodes = torch.tensor([0] + [d.num_nodes for d in data], device=device).cumsum(0)  # (M + 1,)
+    edges = torch.tensor([0] + [d.edge_index.shape[1] for d in data],
+                         device=device).cumsum(0)  # (M + 1,)
     packed = {
         "x": torch.cat([d.x for d in data]) if data else torch.zeros(0, 0),  # (sum N, F)
         "node_ptr": nodes,
@@ -54,9 +57,10 @@ def collate_molecules(data: Sequence[Data]) -> Batch:
         ``batch`` (N,), ``ptr`` (G + 1,), ``row`` (G,) and the ``smiles`` list: the fields
         and values of PyG's ``Batch.from_data_list`` for these molecules.
     """
-    sizes = torch.tensor([d.num_nodes for d in data])  # (G,)
-    n_edges = torch.tensor([d.edge_index.shape[1] for d in data])  # (G,)
     first = data[0]
+    device = first.x.device  # the batch's index tensors beside the molecules' tensors
+    sizes = torch.tensor([d.num_nodes for d in data], device=device)  # (G,)
+    n_edges = torch.tensor([d.edge_index.shape[1] for d in data], device=device)  # (G,)
     return _assemble(
         torch.cat([d.x for d in data]), torch.cat([d.edge_index for d in data], 1),
         torch.cat([d.edge_attr for d in data]),
@@ -64,7 +68,7 @@ def collate_molecules(data: Sequence[Data]) -> Batch:
         descriptors=(torch.cat([d.descriptors for d in data])
                      if "descriptors" in first else None),
         smiles=[d.smiles for d in data] if "smiles" in first else None,
-        row=torch.tensor([d.row for d in data]) if "row" in first else None)
+        row=torch.tensor([d.row for d in data], device=device) if "row" in first else None)
 
 
 def _assemble(x: Tensor, local_edge_index: Tensor, edge_attr: Tensor, y: Tensor | None,
@@ -82,7 +86,7 @@ def _assemble(x: Tensor, local_edge_index: Tensor, edge_attr: Tensor, y: Tensor 
         x=x, edge_attr=edge_attr, ptr=ptr,
         # local -> batch numbering: shift by the first atom of each edge's molecule
         edge_index=local_edge_index + ptr[:-1].repeat_interleave(n_edges),  # (2, E)
-        batch=torch.arange(sizes.numel()).repeat_interleave(sizes),  # (N,)
+        batch=torch.arange(sizes.numel(), device=sizes.device).repeat_interleave(sizes),  # (N,)
     )
     if y is not None:
         batch.y = y
@@ -113,7 +117,8 @@ class PackedMolecules:
         descriptor_dim = data[0].descriptors.shape[1] if "descriptors" in data[0] else 0
         self._packed = pack(data, descriptor_dim)
         self._y = torch.cat([d.y for d in data])  # (M, T)
-        self._row = torch.tensor([d.row for d in data]) if "row" in data[0] else None  # (M,)
+        self._row = (torch.tensor([d.row for d in data], device=self._y.device)
+                     if "row" in data[0] else None)  # (M,)
         ptr = self._packed["node_ptr"]
         eptr = self._packed["edge_ptr"]
         self._nodes = ptr[1:] - ptr[:-1]  # (M,) atoms per molecule
@@ -125,16 +130,16 @@ class PackedMolecules:
     def batch(self, indices: Sequence[int]) -> Batch:
         """The ``Batch`` of molecules ``indices``, equal to ``collate_molecules`` of them."""
         p = self._packed
-        idx = torch.as_tensor(indices, dtype=torch.long)  # (G,)
+        idx = torch.as_tensor(indices, dtype=torch.long, device=self._y.device)  # (G,)
         sizes, n_edges = self._nodes[idx], self._edges[idx]  # (G,), (G,)
         ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])  # (G + 1,) in the batch
         eptr = torch.cat([n_edges.new_zeros(1), n_edges.cumsum(0)])  # (G + 1,)
         # node / edge k of the batch is node / edge (start of its molecule in the store
         # - start in the batch + k)
         nodes = (p["node_ptr"][idx] - ptr[:-1]).repeat_interleave(sizes) \
-            + torch.arange(int(ptr[-1]))  # (N,)
+            + torch.arange(int(ptr[-1]), device=ptr.device)  # (N,)
         edges = (p["edge_ptr"][idx] - eptr[:-1]).repeat_interleave(n_edges) \
-            + torch.arange(int(eptr[-1]))  # (E,)
+            + torch.arange(int(eptr[-1]), device=eptr.device)  # (E,)
         return _assemble(
             p["x"].index_select(0, nodes), p["edge_index"].index_select(1, edges),
             p["edge_attr"].index_select(0, edges), self._y.index_select(0, idx), sizes, n_edges,
@@ -149,6 +154,6 @@ def batches(data: Sequence[Data], batch_size: int = 256) -> list[Batch]:
     return [collate_molecules(data[i:i + batch_size]) for i in range(0, len(data), batch_size)]
 
 
-def stacked_targets(data: Sequence[Data]) -> Tensor:
-    """(M, T) targets of the molecules, stacked (a (0, 1) tensor for none)."""
-    return torch.cat([d.y for d in data]) if data else torch.zeros(0, 1)
+def stacked_targets(data: Sequence[Data], num_tasks: int = 1) -> Tensor:
+    """(M, T) targets of the molecules, stacked (a (0, ``num_tasks``) tensor for none)."""
+    return torch.cat([d.y for d in data]) if data else torch.zeros(0, num_tasks)

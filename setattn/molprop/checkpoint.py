@@ -26,7 +26,7 @@ from setattn.molprop.config import FORMAT, RunConfig
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
 
 __all__ = ["CheckpointError", "build_model", "load_checkpoint", "load_model", "load_run",
-           "save_checkpoint", "snapshot"]
+           "on_cpu", "save_checkpoint", "snapshot"]
 
 
 class CheckpointError(ValueError):
@@ -36,15 +36,30 @@ class CheckpointError(ValueError):
 def save_checkpoint(payload: dict, path: str | Path) -> Path:
     """Write ``payload`` atomically: a temporary file in the same folder, then rename.
 
-    A crash while writing leaves the previous checkpoint untouched.
+    A crash while writing leaves the previous checkpoint untouched. Tensors are saved
+    on the CPU, whatever device they are on, so the file loads anywhere.
 
     Args:
         payload: a dict of tensors and JSON-like values (no other objects).
         path: the checkpoint file.
     """
     with atomic_open(path, "wb") as handle:
-        torch.save({"setattn_format": FORMAT, **payload}, handle)
+        torch.save({"setattn_format": FORMAT, **on_cpu(payload)}, handle)
     return path
+
+
+def on_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor in it on the CPU; dicts and lists holding none that
+    must move are ``obj`` itself (so a CPU payload is saved exactly as given)."""
+    if isinstance(obj, Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        moved = {k: on_cpu(v) for k, v in obj.items()}
+        return obj if all(moved[k] is v for k, v in obj.items()) else moved
+    if isinstance(obj, list):
+        moved_list = [on_cpu(v) for v in obj]
+        return obj if all(a is b for a, b in zip(moved_list, obj)) else moved_list
+    return obj
 
 
 _REQUIRED = {
@@ -53,7 +68,8 @@ _REQUIRED = {
 }
 
 
-def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
+def load_checkpoint(path: str | Path, kind: str = "model",
+                    map_location: str | torch.device = "cpu") -> dict:
     """Read a checkpoint written by ``save_checkpoint``, refusing anything else.
 
     Loading uses ``torch.load(..., weights_only=True)``: a pickle that would import
@@ -62,6 +78,7 @@ def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
     Args:
         path: the file.
         kind: "model" (best weights, for prediction) or "training" (resume state).
+        map_location: the device its tensors are loaded onto.
 
     Returns:
         The checkpoint dict.
@@ -74,7 +91,7 @@ def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:  # refused by the weights-only unpickler
         code = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
         if code:
@@ -105,10 +122,11 @@ def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
     return ckpt
 
 
-def build_model(ckpt: dict, path: Path) -> MoleculeModel:
-    """A model from a checkpoint's config and weights; mismatches name the file."""
+def build_model(ckpt: dict, path: Path, device: str | torch.device = "cpu") -> MoleculeModel:
+    """A model on ``device`` from a checkpoint's config and weights; mismatches name the
+    file."""
     try:
-        model = MoleculeModel(MoleculeModelConfig.from_dict(dict(ckpt["config"])))
+        model = MoleculeModel(MoleculeModelConfig.from_dict(dict(ckpt["config"]))).to(device)
         state = dict(ckpt["state_dict"])
         if model.kernel is None:  # saved before models had a blend weight: the network alone
             state.setdefault("blend", model.blend.clone())
@@ -121,20 +139,24 @@ def build_model(ckpt: dict, path: Path) -> MoleculeModel:
     return model.eval()
 
 
-def load_model(path: str | Path) -> tuple[MoleculeModel, dict]:
-    """A trained model (in eval mode) and its metadata from a ``best.pt`` file.
+def load_model(path: str | Path, device: str | torch.device = "cpu"
+               ) -> tuple[MoleculeModel, dict]:
+    """A trained model (in eval mode, on ``device``) and its metadata from a ``best.pt``
+    file.
 
     Returns:
         (model, meta) with meta holding ``task``, ``target_columns``,
         ``smiles_column``, ``epoch`` and ``val`` metrics.
     """
     path = Path(path)
-    ckpt = load_checkpoint(path, "model")
-    return build_model(ckpt, path), dict(ckpt["meta"])
+    ckpt = load_checkpoint(path, "model", map_location=device)
+    return build_model(ckpt, path, device), dict(ckpt["meta"])
 
 
-def load_run(path: str | Path) -> tuple[list[MoleculeModel], dict]:
-    """The ensemble of a run directory (or one ``best.pt`` file) for prediction.
+def load_run(path: str | Path, device: str | torch.device = "cpu"
+             ) -> tuple[list[MoleculeModel], dict]:
+    """The ensemble of a run directory (or one ``best.pt`` file) for prediction, on
+    ``device``.
 
     Returns:
         (models, meta): the K models in eval mode and the first one's metadata.
@@ -145,7 +167,7 @@ def load_run(path: str | Path) -> tuple[list[MoleculeModel], dict]:
     """
     path = Path(path)
     if path.is_file():
-        model, meta = load_model(path)
+        model, meta = load_model(path, device)
         return [model], meta
     config_path = path / "config.json"
     if not config_path.is_file():
@@ -153,7 +175,8 @@ def load_run(path: str | Path) -> tuple[list[MoleculeModel], dict]:
             f"argument --model: {path} is not a setattn run directory (no config.json)"
         )
     run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
-    loaded = [load_model(path / f"model_{k}" / "best.pt") for k in range(run.ensemble_size)]
+    loaded = [load_model(path / f"model_{k}" / "best.pt", device)
+              for k in range(run.ensemble_size)]
     return [m for m, _ in loaded], loaded[0][1]
 
 

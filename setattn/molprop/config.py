@@ -13,6 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from setattn.molprop import splits
+from setattn.molprop.device import DEVICE_HELP, PRECISIONS, resolve_device
 from setattn.molprop.model import MoleculeModelConfig
 from setattn.molprop.options import option
 
@@ -39,6 +40,8 @@ class TrainConfig:
         patience: stop after this many epochs without a better validation metric.
         seed: seeds the model's initialisation and the batch order (the run's
             ``--seed`` sets it).
+        device: "auto", "cpu", "cuda" or "cuda:N" (``setattn.molprop.device``).
+        precision: "fp32", or "bf16" for bfloat16 autocast of the training forward passes.
     """
 
     epochs: int = option(60, "maximum number of epochs", type=int)
@@ -48,6 +51,9 @@ class TrainConfig:
     patience: int = option(20, "early stopping: epochs without a better validation metric",
                            type=int)
     seed: int = 0
+    device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
+    precision: str = option("fp32", "fp32, or bf16: bfloat16 autocast of the training forward "
+                            "passes (weights and evaluation stay float32)", choices=PRECISIONS)
 
     def validate(self) -> None:
         """Raises ValueError naming the flag of a setting out of range."""
@@ -61,6 +67,10 @@ class TrainConfig:
         if not 0 <= self.weight_decay < math.inf:
             raise ValueError(f"argument --weight-decay: must be >= 0 and finite, "
                              f"got {self.weight_decay}")
+        resolve_device(self.device)  # a clear error now if CUDA is asked for and absent
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"argument --precision: must be fp32 or bf16, got "
+                             f"{self.precision!r}")
 
 
 @dataclass
@@ -72,7 +82,8 @@ class RunConfig:
         target_columns: names of its T target columns.
         smiles_column: name of its SMILES column.
         task: "regression" or "classification".
-        split: "random", "scaffold" or "kfold" (see ``setattn.molprop.splits``).
+        split: "random", "scaffold", "kfold" or "column" (see ``setattn.molprop.splits``).
+        split_column: the CSV column naming each row's part with ``split`` "column".
         split_sizes: (train, validation, test) fractions.
         seed: split seed; ensemble member k is seeded with ``seed + k``.
         fold: the test fold of a k-fold split.
@@ -89,7 +100,10 @@ class RunConfig:
     smiles_column: str = option("smiles", "SMILES column")
     task: str = option("regression", "regression, or classification (binary tasks, 0/1 "
                        "labels)", choices=["regression", "classification"])
-    split: str = option("random", "how molecules are split", choices=list(splits.SPLITS))
+    split: str = option("random", "how molecules are split (column: as --split-column says)",
+                        choices=list(splits.SPLITS))
+    split_column: str = option("split", "with --split column: the column naming each row's "
+                               "part, train, val or test (the test part may be empty)")
     split_sizes: list[float] = option([0.8, 0.1, 0.1], "train, validation and test fractions",
                                       nargs=3, type=float, metavar=("TRAIN", "VAL", "TEST"))
     seed: int = option(0, "split seed; ensemble member k uses seed + k for its "

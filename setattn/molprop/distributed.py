@@ -3,12 +3,12 @@
     torchrun --standalone --nproc_per_node 2 -m setattn.cli train --data ... --output-dir DIR
 
 ``torchrun`` starts N copies of the command with ``RANK``, ``WORLD_SIZE`` and
-``LOCAL_RANK`` in their environment. ``session()`` joins them into one process group
-(gloo: ``setattn train`` runs on the CPU; NCCL would need the model and its batches on
-GPUs, which the trainer does not do); without those variables it does nothing and the
-command runs as one ordinary process. Several machines work as with any torchrun job
-(``--nnodes``, ``--rdzv-endpoint``); only rank 0 needs the output directory, except
-that ``--resume`` reads its ``config.json`` on every rank.
+``LOCAL_RANK`` in their environment. ``session(device)`` joins them into one process group
+(NCCL when the device is a GPU, each process on ``cuda:$LOCAL_RANK``; gloo on the CPU);
+without those variables it does nothing and the command runs as one ordinary process.
+Several machines work as with any torchrun job (``--nnodes``, ``--rdzv-endpoint``); only
+rank 0 needs the output directory, except that ``--resume`` reads its ``config.json`` on
+every rank.
 
 How the trainer divides the work (see ``setattn.molprop.loop.fit``):
 
@@ -83,12 +83,15 @@ def _launched_by_torchrun() -> bool:
 
 
 @contextmanager
-def session() -> Iterator[World]:
-    """Join the process group ``torchrun`` describes in the environment (gloo), leave it
-    at the end.
+def session(device: torch.device | None = None) -> Iterator[World]:
+    """Join the process group ``torchrun`` describes in the environment, leave it at the
+    end: NCCL on a CUDA ``device`` (made this process's current GPU), else gloo.
 
     Without ``RANK`` / ``WORLD_SIZE`` > 1 (a plain run), or inside a group that is
     already initialised, nothing is set up or torn down.
+
+    Args:
+        device: where this process trains (None: the CPU).
 
     Yields:
         This process's ``World``.
@@ -96,7 +99,11 @@ def session() -> Iterator[World]:
     if not _launched_by_torchrun() or dist.is_initialized():
         yield world()
         return
-    dist.init_process_group(backend="gloo")
+    if device is not None and device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's collectives run on the current GPU
+        dist.init_process_group(backend="nccl")
+    else:
+        dist.init_process_group(backend="gloo")
     try:
         yield world()
     finally:
@@ -125,7 +132,9 @@ def all_reduce_sum(value: float) -> float:
     """The sum of ``value`` over all ranks (``value`` in a single process)."""
     if world().size == 1:
         return value
-    t = torch.tensor([value], dtype=torch.float64)  # (1,)
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))  # NCCL: GPU tensors
+    t = torch.tensor([value], dtype=torch.float64, device=device)  # (1,)
     dist.all_reduce(t)
     return float(t.item())
 

@@ -7,6 +7,7 @@ import torch
 from setattn.capture import capture
 from setattn.domains.molecules import InvalidSmilesError
 from setattn.molprop.batching import collate_molecules
+from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
 from setattn.molprop.model import MoleculeModel
 
@@ -19,7 +20,7 @@ def explain_molecule(model: MoleculeModel, smiles: str) -> tuple[torch.Tensor, t
 
     Returns:
         weights (N, H): head h's attention weight of atom j (each column sums to 1),
-        and the prediction (T,) in target units or probabilities.
+        and the prediction (T,) in target units or probabilities, both on the CPU.
 
     Raises:
         ValueError: naming ``--smiles`` if it does not parse.
@@ -29,11 +30,11 @@ def explain_molecule(model: MoleculeModel, smiles: str) -> tuple[torch.Tensor, t
     except InvalidSmilesError as err:
         raise ValueError(f"argument --smiles: {err}") from None
     model.eval()
-    batch = collate_molecules([data])
+    batch = to_device(collate_molecules([data]), model_device(model))
     with capture() as captured:
         prediction = model.predict(batch)[0]  # (T,)
     pool = captured["pool"]
     atoms = pool.edge_index[0]  # (E,) source atom of each atom -> molecule edge
     weights = pool.weights.new_zeros(data.num_nodes, pool.weights.shape[1])  # (N, H)
     weights[atoms] = pool.weights
-    return weights, prediction
+    return weights.cpu(), prediction.cpu()

@@ -100,6 +100,8 @@ class KernelRidge(nn.Module):
             raise ValueError(f"KernelRidge.fit: expected descriptors ({m}, {f}) and targets "
                              f"({m}, {self.alpha.shape[1]}), got {tuple(descriptors.shape)} "
                              f"and {tuple(y.shape)}")
+        device = self.centres.device  # the data may live elsewhere than the module
+        descriptors, y = descriptors.to(device), y.to(device)
         x = descriptors.double()  # (M, F)
         self.mean.copy_(x.mean(0))
         self.std.copy_(x.std(0).nan_to_num(1.0).clamp_min(1e-6))
@@ -127,7 +129,7 @@ class KernelRidge(nn.Module):
         self.alpha.zero_()
         for t, (mask, alpha) in enumerate(zip(labelled, alphas)):
             self.alpha[mask, t] = alpha.to(self.alpha.dtype)
-        self.offset.copy_(torch.tensor(offsets))
+        self.offset.copy_(torch.tensor(offsets, device=device))
         self.gamma.fill_(gamma)
         self.ridge.fill_(ridge)
         return {"gamma": gamma, "ridge": ridge, "loo_rmse": math.sqrt(mse)}

@@ -36,6 +36,7 @@ from setattn.molprop.checkpoint import (
     snapshot,
 )
 from setattn.molprop.config import TrainConfig, legacy_batch_size
+from setattn.molprop.device import autocast, resolve_device, to_device
 from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.predict import outputs
@@ -115,6 +116,15 @@ class _Training:
     scheduler: Any
     train_y: Tensor  # (M, T)
     val_y: Tensor  # (M_val, T)
+    device: torch.device
+    precision: str
+
+    def _rng(self) -> dict:
+        """The random states training draws from (the GPU's too on CUDA)."""
+        rng = {"torch": torch.get_rng_state(), "loader": self.generator.get_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return rng
 
     def state(self, progress: Progress, copy: bool) -> dict:
         """The ``last.pt`` payload; ``copy`` keeps this moment's state while training
@@ -123,7 +133,7 @@ class _Training:
                  "state_dict": self.model.state_dict(),
                  "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(),
-                 "rng": {"torch": torch.get_rng_state(), "loader": self.generator.get_state()},
+                 "rng": self._rng(),
                  "progress": asdict(progress)}
         return snapshot(state) if copy else state
 
@@ -134,6 +144,8 @@ class _Training:
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["rng"]["loader"])
         torch.set_rng_state(state["rng"]["torch"])
+        if self.device.type == "cuda" and "cuda" in state["rng"]:
+            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), self.device)
         return Progress(**state["progress"])
 
 
@@ -164,8 +176,10 @@ class _LastCheckpoint:
 
 def _set_up(model: MoleculeModel, train_data: Sequence[Data], val_data: Sequence[Data],
             config: TrainConfig) -> _Training:
-    """Batches, target and descriptor scaling, optimiser and schedule of a fresh model."""
+    """Batches, target and descriptor scaling, optimiser and schedule of a fresh model,
+    moved to ``config.device``."""
     w = distributed.world()
+    device = resolve_device(config.device)
     batch_size = config.batch_size or legacy_batch_size(len(train_data))
     generator = torch.Generator().manual_seed(config.seed)
     train_list = list(train_data)
@@ -180,13 +194,14 @@ def _set_up(model: MoleculeModel, train_data: Sequence[Data], val_data: Sequence
     descriptors = (torch.cat([d.descriptors for d in train_data])
                    if model.config.descriptor_dim else None)  # (M, F_desc)
     model.fit_scaling(train_y, descriptors)
+    model.to(device)
     # fused: one kernel for all parameters instead of a loop of small ones per parameter
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
                                   weight_decay=config.weight_decay, fused=True)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=config.lr, total_steps=config.epochs * len(loader))
     return _Training(model, model, loader, sampler, generator, optimizer, scheduler,
-                     train_y, stacked_targets(val_data))
+                     train_y, stacked_targets(val_data), device, config.precision)
 
 
 def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bool,
@@ -219,7 +234,10 @@ def _train_epoch(training: _Training, batches: Iterable[Batch]) -> float:
     model.train()
     total, count = 0.0, 0
     for batch in batches:
-        out, y = training.net(batch), model.scale_targets(batch.y)  # (G_r, T) each
+        batch = to_device(batch, training.device)  # targets included
+        with autocast(training.device, training.precision):
+            out = training.net(batch).float()  # (G_r, T)
+        y = model.scale_targets(batch.y)  # (G_r, T)
         if w.size == 1:
             loss = masked_loss(out, y, task)
         else:
@@ -372,7 +390,7 @@ def fit(
     except BaseException:  # Ctrl-C, a failing callback: keep the last finished epoch
         last.rescue()
         raise
-    best = _load_best(best_path)
+    best = _load_best(best_path, training.device)
     if best is None:
         raise DivergedError(f"model {member}: the validation {progress.monitor} was never "
                             f"finite (did training diverge? try a lower --lr)")
@@ -384,11 +402,12 @@ def _quiet(line: str) -> None:
     """The log of ranks other than 0: they train in silence."""
 
 
-def _load_best(path: Path) -> MoleculeModel | None:
-    """The best model of ``fit`` (None if none was saved), read by rank 0 and broadcast."""
+def _load_best(path: Path, device: torch.device) -> MoleculeModel | None:
+    """The best model of ``fit`` on ``device`` (None if none was saved), read by rank 0
+    and broadcast."""
     w = distributed.world()
     if w.size == 1:
-        return load_model(path)[0] if path.is_file() else None
+        return load_model(path, device)[0] if path.is_file() else None
     ckpt = distributed.broadcast(
         load_checkpoint(path, "model") if w.is_main and path.is_file() else None)
-    return None if ckpt is None else build_model(ckpt, path)
+    return None if ckpt is None else build_model(ckpt, path, device)

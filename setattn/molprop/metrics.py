@@ -2,7 +2,11 @@
 
 Losses: masked MSE on standardised targets (regression), masked BCE with logits
 (classification). Metrics: RMSE, MAE and R^2 per target (regression); ROC-AUC and
-average precision per task (classification); each averaged over the targets.
+average precision per task (classification: scikit-learn's ``roc_auc_score`` and
+``average_precision_score``); each averaged over the targets.
+
+RMSE, MAE and R^2 stay three tensor formulas: scikit-learn's would add conversions to
+NumPy and gives R^2 of a constant target as 1 or 0 (or -inf), where this gives NaN.
 """
 
 from __future__ import annotations
@@ -68,49 +72,43 @@ def shard_loss(out: Tensor, y: Tensor, task: str, labelled: int, world_size: int
     return losses.sum() * (0.0 if padding else world_size / max(labelled, 1))
 
 
-def _binary_curve(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """True and false positive counts at each distinct score threshold, high to low."""
-    order = np.argsort(-s, kind="stable")
-    s, y = s[order], y[order]
-    last = np.r_[np.nonzero(np.diff(s))[0], y.size - 1]  # end of each run of equal scores
-    tps = np.cumsum(y)[last]
-    fps = last + 1 - tps
-    return tps, fps
+def _both_classes(y: np.ndarray) -> bool:
+    positives = int(np.count_nonzero(y))
+    return 0 < positives < y.size
 
 
+# The two functions below import scikit-learn when called: ``import sklearn.metrics``
+# took 1.2 s of ``python -X importtime -c "import setattn.cli"`` (loaded 2-core
+# machine), which every ``setattn predict`` and ``explain`` would pay for nothing.
 def roc_auc(y: np.ndarray, s: np.ndarray) -> float:
-    """Area under the ROC curve (ties count one half), NaN unless both classes occur.
+    """Area under the ROC curve (ties count one half): scikit-learn's ``roc_auc_score``,
+    NaN unless both classes occur (instead of its warning).
 
     Args:
         y: (M,) labels 0 or 1.
         s: (M,) scores, higher meaning class 1.
     """
+    from sklearn.metrics import roc_auc_score  # imported here: see above
+
     y, s = np.asarray(y, dtype=np.float64), np.asarray(s, dtype=np.float64)
-    pos = y.sum()
-    if pos == 0 or pos == y.size:
-        return math.nan
-    tps, fps = _binary_curve(y, s)
-    tpr = np.r_[0.0, tps / pos]
-    fpr = np.r_[0.0, fps / (y.size - pos)]
-    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))  # trapezoids
+    return float(roc_auc_score(y, s)) if _both_classes(y) else math.nan
 
 
 def average_precision(y: np.ndarray, s: np.ndarray) -> float:
     """Area under the precision-recall curve as average precision (step-wise, no
-    interpolation, as scikit-learn's ``average_precision_score``); NaN without positives.
+    interpolation): scikit-learn's ``average_precision_score``, NaN without positives
+    (instead of its warning and 0).
 
     Args:
         y: (M,) labels 0 or 1.
         s: (M,) scores, higher meaning class 1.
     """
+    from sklearn.metrics import average_precision_score  # imported here: see above
+
     y, s = np.asarray(y, dtype=np.float64), np.asarray(s, dtype=np.float64)
-    pos = y.sum()
-    if pos == 0:
+    if not np.count_nonzero(y):
         return math.nan
-    tps, fps = _binary_curve(y, s)
-    precision = tps / (tps + fps)
-    recall = tps / pos
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    return float(average_precision_score(y, s))
 
 
 def _nanmean(values: Sequence[float]) -> float:

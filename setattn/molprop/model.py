@@ -136,6 +136,20 @@ def add_self_loops(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) -> tup
     return edge_index, torch.cat([bonds, marks], 0)
 
 
+def _float32(module: nn.Module, h: Tensor, *args: object, **kwargs: object) -> Tensor:
+    """``module(h, *args, **kwargs)`` in float32 outside autocast (bf16 training): the
+    engine's fused edge kernels take one float dtype, and autocast would hand them
+    bfloat16 projections beside float32 softmax weights. Without autocast this is the
+    call itself."""
+    device_type = h.device.type
+    if not torch.is_autocast_enabled(device_type):
+        return module(h, *args, **kwargs)
+    args = tuple(a.float() if isinstance(a, Tensor) and a.is_floating_point() else a
+                 for a in args)
+    with torch.autocast(device_type, enabled=False):
+        return module(h.float(), *args, **kwargs)
+
+
 class MoleculeModel(nn.Module):
     """Graph attention encoder + attention readout over atoms, for T targets.
 
@@ -187,15 +201,17 @@ class MoleculeModel(nn.Module):
             self.descriptor_std.copy_(descriptors.std(0).nan_to_num(1.0).clamp_min(1e-6))
 
     def scale_targets(self, y: Tensor) -> Tensor:
-        """(G, T) targets in the units the forward pass predicts (standardised for regression)."""
+        """(G, T) targets in the units the forward pass predicts (standardised for
+        regression), on ``y``'s device (the model may be on another)."""
         if self.config.task == "regression":
-            return (y - self.target_mean) / self.target_std
+            return (y - self.target_mean.to(y.device)) / self.target_std.to(y.device)
         return y
 
     def to_units(self, out: Tensor) -> Tensor:
-        """(G, T) forward outputs as target units (regression) or probabilities."""
+        """(G, T) forward outputs as target units (regression) or probabilities, on
+        ``out``'s device (the model may be on another)."""
         if self.config.task == "regression":
-            return out * self.target_std + self.target_mean
+            return out * self.target_std.to(out.device) + self.target_mean.to(out.device)
         return torch.sigmoid(out)
 
     def kernel_outputs(self, batch) -> Tensor:
@@ -228,9 +244,9 @@ class MoleculeModel(nn.Module):
         edge_index, edge_attr = add_self_loops(batch.edge_index, batch.edge_attr, batch.num_nodes)
         h = self.embed(batch.x)  # (N, D)
         for conv, norm in zip(self.convs, self.norms):
-            h = h + F.elu(conv(norm(h), edge_index, edge_attr))  # (N, D)
+            h = h + F.elu(_float32(conv, norm(h), edge_index, edge_attr))  # (N, D)
         ptr = batch.ptr if "ptr" in batch else None  # (G + 1,) spares the pool recomputing it
-        parts = [self.pool(h, batch.batch, ptr, num_graphs=g),  # (G, D)
+        parts = [_float32(self.pool, h, batch.batch, ptr, num_graphs=g),  # (G, D)
                  scatter(h, batch.batch, 0, dim_size=g, reduce="sum")]  # (G, D)
         if self.config.descriptor_dim:
             d = (batch.descriptors - self.descriptor_mean) / self.descriptor_std  # (G, F_desc)

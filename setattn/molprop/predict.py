@@ -24,11 +24,12 @@ from setattn.domains.molecules import InvalidSmilesError
 from setattn.files import atomic_open
 from setattn.molprop import distributed
 from setattn.molprop.batching import batches
+from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
 from setattn.molprop.model import MoleculeModel
 
-__all__ = ["CHUNK_ROWS", "ensemble_predict", "outputs", "predict", "predict_all",
-           "predict_csv"]
+__all__ = ["CHUNK_ROWS", "ensemble_predict", "kernel_outputs", "outputs", "predict",
+           "predict_all", "predict_csv", "predict_smiles"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
@@ -38,10 +39,12 @@ was chosen: ``benchmarks/results/defaults.md``."""
 
 @torch.no_grad()
 def predict(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> Tensor:
-    """(M, T) predictions (target units or probabilities) for M molecules, in order."""
+    """(M, T) predictions (target units or probabilities) for M molecules, in order, on
+    the CPU (the model may be on any device)."""
     model.eval()
-    outs = [model.predict(batch) for batch in batches(data, batch_size)]
-    return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
+    device = model_device(model)
+    outs = [model.predict(to_device(batch, device)) for batch in batches(data, batch_size)]
+    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks)
 
 
 def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
@@ -57,10 +60,20 @@ def ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> T
 @torch.no_grad()
 def outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
     """(M, T) forward outputs (standardised regression values or logits) of the
-    molecules of ``batched``, in order."""
+    molecules of ``batched``, in order, on the CPU (``batched`` is moved to the model's
+    device in place)."""
     model.eval()
-    outs = [model(batch) for batch in batched]
-    return torch.cat(outs) if outs else torch.zeros(0, model.config.num_tasks)
+    device = model_device(model)
+    outs = [model(to_device(batch, device)) for batch in batched]
+    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks)
+
+
+@torch.no_grad()
+def kernel_outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
+    """(M, T) standardised predictions of the model's kernel ridge alone, as ``outputs``."""
+    device = model_device(model)
+    outs = [model.kernel_outputs(to_device(batch, device)) for batch in batched]
+    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks)
 
 
 def _read_chunks(reader: Iterator[list[str]], size: int, source: str
@@ -110,6 +123,17 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
         mean[index] = stacked.mean(0)
         std[index] = stacked.std(0, correction=0)
     return mean, std, errors
+
+
+def predict_smiles(models: Sequence[MoleculeModel], smiles: Sequence[str]
+                   ) -> tuple[Tensor, Tensor, list[str]]:
+    """An ensemble's predictions for a list of SMILES, as ``predict_csv`` makes them.
+
+    Returns:
+        mean (M, T) and std (M, T) over the models (zeros for one model; NaN rows where
+        a SMILES does not parse), and one error message per SMILES ("" when it parsed).
+    """
+    return _predict_chunk(models, list(smiles), 0, "smiles")
 
 
 # A chunk's work in a worker process: (first row, SMILES) -> (mean, std, errors).

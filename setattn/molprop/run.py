@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
+from setattn.datasets.files import read_column
 from setattn.domains.molecules import InvalidSmilesError
 from setattn.files import atomic_open, write_json
 from setattn.molprop import distributed, splits
@@ -38,7 +39,7 @@ from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
-from setattn.molprop.predict import ensemble_predict, outputs, predict_all
+from setattn.molprop.predict import ensemble_predict, kernel_outputs, outputs, predict_all
 from setattn.viz import plot_training_curve
 
 __all__ = ["fit_kernel", "report_failures", "run_training"]
@@ -65,6 +66,10 @@ def _check_labels(data: Sequence[Data], run: RunConfig) -> None:
 
 def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
     n = len(data)
+    if run.split == "column":
+        labels = read_column(Path(run.data), run.split_column)
+        return splits.column([labels[d.row] for d in data], [d.row for d in data],
+                             f"{Path(run.data).name}: column {run.split_column!r}")
     if run.split == "random":
         return splits.random(n, run.split_sizes, run.seed)
     if run.split == "scaffold":
@@ -115,11 +120,10 @@ def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], ta
                        names: Sequence[str]) -> dict:
     """Metrics of the attention network (the ensemble's mean) alone and of the kernel
     ridge alone on ``data``."""
-    y = stacked_targets(data)  # (M, T)
+    y = stacked_targets(data, len(names))  # (M, T)
     batched = batches(data)
-    with torch.no_grad():
-        net = torch.stack([outputs(m, batched) for m in models]).mean(0)  # (M, T)
-        kernel_out = torch.cat([models[0].kernel_outputs(b) for b in batched])  # (M, T)
+    net = torch.stack([outputs(m, batched) for m in models]).mean(0)  # (M, T)
+    kernel_out = kernel_outputs(models[0], batched)  # (M, T)
     return {"attention": evaluate(y, models[0].to_units(net), task, names),
             "kernel_ridge": evaluate(y, models[0].to_units(kernel_out), task, names)}
 
@@ -180,9 +184,14 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
     _check_labels(data, run)
     parts = [[data[i] for i in idx] for idx in _split(data, run)]
     for name, part in zip(("training", "validation", "test"), parts):
-        if not part:
-            raise ValueError(f"argument --split-sizes: the {name} part of {len(data)} molecules "
-                             f"is empty; use more data or other fractions")
+        if part:
+            continue
+        if run.split == "column" and name != "test":  # a column split may have no test part
+            raise ValueError(f"{source}: column {run.split_column!r} names no {name} row "
+                             f"among the {len(data)} valid molecules")
+        if run.split != "column":
+            raise ValueError(f"argument --split-sizes: the {name} part of {len(data)} "
+                             f"molecules is empty; use more data or other fractions")
     if torch.isnan(stacked_targets(parts[1])).all():
         raise ValueError(f"{source}: the validation part has no labels at all")
     return _Parts(data, list(molecules.failures), *parts)
@@ -254,7 +263,7 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
     ensemble and of each member, the blend's parts, split sizes and skipped rows."""
     names, task = run.target_columns, run.task
     models = [r.model for r in results]
-    test_y = stacked_targets(parts.test)  # (M_test, T)
+    test_y = stacked_targets(parts.test, len(names))  # (M_test, T)
     metrics = {
         "task": task,
         "targets": list(names),
@@ -279,6 +288,8 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
                                 + (kernel_info["seconds"] if kernel_info else 0.0))
     if run.split == "kfold":
         metrics["split"].update(fold=run.fold, folds=splits.num_folds(run.split_sizes))
+    if run.split == "column":
+        metrics["split"].update(column=run.split_column)
     return metrics
 
 

@@ -10,6 +10,8 @@ the same three index lists, on any machine.
   training first, the rest follow in seeded random order.
 - ``kfold(n, sizes, seed, fold)``: ``round(1 / test_fraction)`` seeded folds; fold
   ``fold`` is the test part and the validation part is drawn from the others.
+- ``column(labels, rows, source)``: the parts a column of the data names, row by row
+  (train, val or test); the test part may be empty.
 
 ``sizes`` are the three fractions (train, validation, test), e.g. (0.8, 0.1, 0.1).
 """
@@ -24,12 +26,16 @@ import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
-__all__ = ["SPLITS", "check_sizes", "kfold", "murcko_scaffold", "num_folds", "random", "scaffold"]
+__all__ = ["PARTS", "SPLITS", "check_sizes", "column", "kfold", "murcko_scaffold", "num_folds",
+           "random", "scaffold"]
 
-SPLITS: tuple[str, ...] = ("random", "scaffold", "kfold")
+SPLITS: tuple[str, ...] = ("random", "scaffold", "kfold", "column")
 """The split names the command line accepts."""
 
 Split = tuple[list[int], list[int], list[int]]
+
+PARTS = ("train", "val", "test")
+"""The labels of ``column``'s parts."""
 
 
 def check_sizes(sizes: Sequence[float]) -> tuple[float, float, float]:
@@ -172,3 +178,28 @@ def kfold(n: int, sizes: Sequence[float], seed: int, fold: int = 0) -> Split:
     rest = np.concatenate([f for j, f in enumerate(folds) if j != fold]).tolist()
     n_val = int(round(len(rest) * val_frac / (train_frac + val_frac)))
     return rest[n_val:], rest[:n_val], test
+
+
+def column(labels: Sequence[str], rows: Sequence[int], source: str) -> Split:
+    """The split a column of the data gives: item i goes to the part ``labels[i]`` names.
+
+    Args:
+        labels: one of "train", "val", "test" per item (case and surrounding spaces
+            ignored).
+        rows: each item's file row, for errors.
+        source: what to name in errors, e.g. the file and column.
+
+    Returns:
+        (train, val, test) index lists in item order, disjoint, covering
+        ``range(len(labels))``; any part may be empty.
+
+    Raises:
+        ValueError: naming ``source`` and the row of a label that is none of the three.
+    """
+    parts: Split = ([], [], [])
+    for index, (label, row) in enumerate(zip(labels, rows)):
+        name = label.strip().lower()
+        if name not in PARTS:
+            raise ValueError(f"{source}: row {row}: {label!r} is not train, val or test")
+        parts[PARTS.index(name)].append(index)
+    return parts

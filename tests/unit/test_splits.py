@@ -83,3 +83,13 @@ def test_bad_sizes_name_the_argument(sizes):
 def test_fold_out_of_range_names_the_argument():
     with pytest.raises(ValueError, match="--fold"):
         splits.kfold(20, SIZES, 0, fold=10)
+
+
+def test_column_split_follows_the_labels_and_names_a_bad_one():
+    labels = ["train", " Val ", "TEST", "train", "val"]
+    assert splits.column(labels, [0, 1, 2, 3, 4], "f.csv: column 'split'") == \
+        ([0, 3], [1, 4], [2])
+    assert splits.column(["train", "val"], [0, 1], "x") == ([0], [1], [])
+    with pytest.raises(ValueError, match=r"^f.csv: column 'split': row 7: 'valid' is not "
+                                         r"train, val or test$"):
+        splits.column(["train", "valid"], [3, 7], "f.csv: column 'split'")

@@ -1,0 +1,328 @@
+"""``MoleculePredictor``: molecule property prediction from Python, ``fit`` / ``predict``.
+
+    model = MoleculePredictor(epochs=30, seed=0)
+    model.fit(smiles, y)                  # y: (M,) or (M, T), NaN where a label is missing
+    p = model.predict(new_smiles)         # (M', T); NaN rows and model.errors for bad SMILES
+    model.save("runs/sol")                # a run directory, as ``setattn train`` writes
+
+Every ``fit`` is a ``setattn train`` run: it writes the SMILES and targets as a CSV into
+the run directory and calls the same ``run_training`` with the ``RunConfig`` that the
+same options give on the command line (``setattn.molprop.settings.new_run``), so the
+same data, options and seed give the same models and the same ``metrics.json``.
+``load`` reads any run directory, the command line's included, and ``setattn predict
+--model DIR`` reads any that ``save`` wrote.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from setattn.files import atomic_open, write_json
+from setattn.molprop.checkpoint import load_run
+from setattn.molprop.config import RunConfig
+from setattn.molprop.device import resolve_device
+from setattn.molprop.explain import explain_molecule
+from setattn.molprop.model import MoleculeModel
+from setattn.molprop.predict import predict_smiles
+from setattn.molprop.run import run_training
+from setattn.molprop.settings import config_section, new_run, option_names, run_flags
+
+__all__ = ["DATA_FILE", "MoleculePredictor"]
+
+DATA_FILE = "data.csv"
+"""The CSV that ``fit`` writes into the run directory (the run's ``--data``)."""
+
+_NOT_OPTIONS = ("data", "task", "descriptors")  # set by fit, or keywords of their own
+
+
+def _quiet(line: str) -> None:
+    """The log of ``verbose=False``."""
+
+
+def _smiles_list(smiles: str | Sequence[str], name: str) -> list[str]:
+    """``smiles`` as a list of strings (one string: a list of one).
+
+    Raises:
+        TypeError: naming ``name`` and the first item that is not a string.
+    """
+    if isinstance(smiles, str):
+        return [smiles]
+    items = list(smiles)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise TypeError(f"argument {name}: item {i} is {type(item).__name__} {item!r}, "
+                            f"not a SMILES string")
+    return items
+
+
+def _targets(y: Any, rows: int, name: str) -> np.ndarray:
+    """``y`` as a float64 (M, T) array of ``rows`` rows; NaN is a missing label.
+
+    Raises:
+        ValueError: naming ``name`` for a shape that does not fit, a value that is not a
+            number, or an infinite one.
+    """
+    try:
+        arr = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"argument {name}: not numbers ({err})") from None
+    if arr.ndim == 1:
+        arr = arr[:, None]  # (M, 1)
+    if arr.ndim != 2 or arr.shape[0] != rows or arr.shape[1] < 1:
+        raise ValueError(f"argument {name}: expected shape ({rows},) or ({rows}, T) for "
+                         f"{rows} SMILES, got {np.shape(y)}")
+    bad = np.argwhere(np.isinf(arr))
+    if bad.size:
+        row, col = bad[0]
+        raise ValueError(f"argument {name}: row {row}, column {col}: {arr[row, col]} is not "
+                         f"finite (use NaN for a missing label)")
+    return arr
+
+
+def _cell(value: float) -> str:
+    """A target as CSV text that reads back as the same float ("" for NaN)."""
+    return "" if math.isnan(value) else repr(value)
+
+
+def _write_data(path: Path, header: list[str], smiles: list[str], y: np.ndarray,
+                parts: list[str] | None) -> None:
+    """The run's CSV: SMILES, one column per target, and the part of each row if given."""
+    with atomic_open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for m, text in enumerate(smiles):
+            row = [text, *(_cell(float(v)) for v in y[m])]
+            writer.writerow(row + [parts[m]] if parts is not None else row)
+
+
+class MoleculePredictor:
+    """A molecule property predictor with the options of ``setattn train``.
+
+    Args:
+        task: "regression" or "classification" (0/1 labels, one binary task per column).
+        descriptors: "rdkit" (RDKit's 2D descriptors in the readout) or "none".
+        output_dir: the run directory ``fit`` writes (None: a temporary one, removed
+            with this object; ``save`` keeps a copy).
+        verbose: print the epoch lines and messages of ``setattn train``.
+        **options: any ``setattn train`` flag as a keyword, named like its field:
+            ``epochs``, ``batch_size``, ``lr``, ``seed``, ``split``, ``split_sizes``,
+            ``ensemble_size``, ``hidden``, ``device`` ("auto", "cpu", "cuda[:N]"),
+            ``precision`` ... (``target_columns`` names the columns of ``y``);
+            defaults as on the command line.
+
+    Attributes:
+        models: the trained (or loaded) ensemble, in eval mode.
+        metrics: ``metrics.json`` of the run (None if there is none).
+        errors: (index, SMILES, reason) of each SMILES the last ``predict`` or
+            ``predict_std`` could not parse.
+        run_dir: the run directory the models come from.
+
+    Raises:
+        TypeError: for a keyword that is not an option.
+        ValueError: naming the option whose value is out of range (CUDA asked for where
+            there is none included).
+    """
+
+    def __init__(self, task: str = "regression", *, descriptors: str = "rdkit",
+                 output_dir: str | Path | None = None, verbose: bool = True,
+                 **options: Any) -> None:
+        allowed = [n for n in option_names() if n not in _NOT_OPTIONS]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise TypeError(f"MoleculePredictor: unknown option(s) {unknown}; options: "
+                            f"{allowed} and descriptors, output_dir, verbose")
+        if isinstance(options.get("target_columns"), str):  # one name
+            options["target_columns"] = [options["target_columns"]]
+        self.options = {"task": task, "descriptors": descriptors, **options}
+        self.output_dir = None if output_dir is None else Path(output_dir)
+        self.verbose = verbose
+        self._run_config("data.csv", list(options.get("target_columns") or ["y"])).validate()
+        self.models: list[MoleculeModel] = []
+        self.meta: dict = {}
+        self.metrics: dict | None = None
+        self.errors: list[tuple[int, str, str]] = []
+        self.run_dir: Path | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"MoleculePredictor({shown})"
+
+    def _run_config(self, data: str, names: list[str], **override: Any) -> RunConfig:
+        return new_run({**self.options, "data": data, "target_columns": names, **override})
+
+    @property
+    def target_columns(self) -> list[str]:
+        """The T target names (of ``y``'s columns, or the loaded run's)."""
+        return list(self.meta.get("target_columns", []))
+
+    def _new_run_dir(self) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+        """An empty run directory: ``output_dir``, or a new temporary one (returned too,
+        to be kept for as long as its run is this object's)."""
+        if self.output_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="setattn-")
+            return Path(tmp.name), tmp
+        if (self.output_dir / "config.json").is_file():
+            raise ValueError(f"argument output_dir: {self.output_dir} already holds a run; "
+                             f"choose another directory")
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        return self.output_dir, None
+
+    def _names(self, num_targets: int) -> list[str]:
+        names = self.options.get("target_columns")
+        if names is None:
+            return ["y"] if num_targets == 1 else [f"y{t}" for t in range(num_targets)]
+        if len(names) != num_targets:
+            raise ValueError(f"argument target_columns: {len(names)} name(s) for the "
+                             f"{num_targets} column(s) of y")
+        return list(names)
+
+    def fit(self, smiles: Sequence[str], y: Any, *,
+            val: tuple[Sequence[str], Any] | None = None) -> MoleculePredictor:
+        """Train on M molecules, as ``setattn train`` on a CSV of them.
+
+        Args:
+            smiles: M SMILES strings (invalid ones are skipped and listed, or an error
+                with ``strict=True``, as on the command line).
+            y: (M,) or (M, T) targets, NaN where a label is missing.
+            val: (SMILES, targets) of the validation set; the test part is then empty.
+                Without it the configured ``split`` divides ``smiles``.
+
+        Returns:
+            ``self``, with ``models`` and ``metrics`` set.
+
+        Raises:
+            TypeError, ValueError: naming the argument, the row or the column of bad input.
+        """
+        smiles = _smiles_list(smiles, "smiles")
+        targets = _targets(y, len(smiles), "y")  # (M, T)
+        names = self._names(targets.shape[1])
+        parts = None
+        if val is not None:
+            smiles, targets, parts = self._with_validation(smiles, targets, val)
+        split_column = self.options.get("split_column") or "split"
+        header = [self.options.get("smiles_column") or "smiles", *names]
+        override = {}
+        if parts is not None:
+            header.append(split_column)
+            override = {"split": "column", "split_column": split_column}
+        if len(set(header)) < len(header):
+            raise ValueError(f"argument target_columns: the column names {header} repeat")
+        out, tmp = self._new_run_dir()  # a failed fit leaves the last run as it was
+        _write_data(out / DATA_FILE, header, smiles, targets, parts)
+        run = self._run_config(str((out / DATA_FILE).resolve()), names, **override)
+        metrics = run_training(run, out, log=print if self.verbose else _quiet)
+        self.models, self.meta = load_run(out, resolve_device(run.train.device))
+        self.metrics, self.run_dir, self._tmp = metrics, out, tmp
+        return self
+
+    def _with_validation(self, smiles: list[str], targets: np.ndarray,
+                         val: tuple[Sequence[str], Any]
+                         ) -> tuple[list[str], np.ndarray, list[str]]:
+        """The training and validation molecules in one table, with each row's part."""
+        if not isinstance(val, tuple) or len(val) != 2:
+            raise TypeError("argument val: expected a (smiles, y) pair")
+        val_smiles = _smiles_list(val[0], "val[0]")
+        val_targets = _targets(val[1], len(val_smiles), "val[1]")  # (M_val, T')
+        if val_targets.shape[1] != targets.shape[1]:
+            raise ValueError(f"argument val[1]: {val_targets.shape[1]} target column(s), "
+                             f"y has {targets.shape[1]}")
+        parts = ["train"] * len(smiles) + ["val"] * len(val_smiles)
+        return smiles + val_smiles, np.concatenate([targets, val_targets]), parts
+
+    def _check_fitted(self) -> None:
+        if not self.models:
+            raise ValueError("MoleculePredictor: no model yet; call fit() or load() first")
+
+    def _predict(self, smiles: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        self._check_fitted()
+        smiles = _smiles_list(smiles, "smiles")
+        mean, std, messages = predict_smiles(self.models, smiles)  # (M, T) each
+        self.errors = [(i, s, m.removeprefix("invalid SMILES: "))
+                       for i, (s, m) in enumerate(zip(smiles, messages)) if m]
+        return mean.numpy(), std.numpy()
+
+    def predict(self, smiles: str | Sequence[str]) -> np.ndarray:
+        """(M, T) float32 predictions: target units (regression) or probabilities; the
+        ensemble's mean. A SMILES that does not parse gets a NaN row and an entry in
+        ``errors``. The numbers are ``setattn predict``'s for the same run."""
+        return self._predict(smiles)[0]
+
+    def predict_std(self, smiles: str | Sequence[str]) -> np.ndarray:
+        """(M, T) spread (standard deviation) of the ensemble members' predictions;
+        zeros for a single model, NaN rows as in ``predict``."""
+        return self._predict(smiles)[1]
+
+    def explain(self, smiles: str) -> np.ndarray:
+        """(N, H) the readout's attention over the N atoms of one molecule, per head
+        (each column sums to 1), of the first ensemble member: what ``setattn
+        explain`` draws.
+
+        Raises:
+            ValueError: if ``smiles`` does not parse.
+        """
+        self._check_fitted()
+        if not isinstance(smiles, str):
+            raise TypeError(f"argument smiles: explain takes one SMILES string, got "
+                            f"{type(smiles).__name__}")
+        weights, _ = explain_molecule(self.models[0], smiles)  # (N, H)
+        return weights.numpy()
+
+    def save(self, directory: str | Path) -> Path:
+        """Copy the run directory to ``directory`` (``setattn predict --model`` reads it;
+        ``setattn train --resume`` continues it). Returns the directory.
+
+        Raises:
+            ValueError: if ``directory`` already holds another run.
+        """
+        self._check_fitted()
+        if self.run_dir is None:
+            raise ValueError("save: loaded from a single checkpoint file, not a run directory")
+        dest = Path(directory)
+        if dest.resolve() == self.run_dir.resolve():
+            return dest
+        if (dest / "config.json").is_file():
+            raise ValueError(f"argument directory: {dest} already holds a run")
+        shutil.copytree(self.run_dir, dest, dirs_exist_ok=True)
+        config_path = dest / "config.json"
+        run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+        data = Path(run.data)
+        if data.parent.resolve() == self.run_dir.resolve():  # fit's own CSV moves along
+            run.data = str((dest / data.name).resolve())
+            write_json(run.to_dict(), config_path)
+        return dest
+
+    @classmethod
+    def load(cls, directory: str | Path, *, device: str = "auto",
+             verbose: bool = True) -> MoleculePredictor:
+        """The predictor of a run directory (``setattn train``'s or ``save``'s), or of
+        one ``best.pt`` file, with its models on ``device``.
+
+        Raises:
+            FileNotFoundError, CheckpointError: naming what is missing or not ours.
+        """
+        path = Path(directory)
+        models, meta = load_run(path, resolve_device(device))
+        options: dict[str, Any] = {"target_columns": meta["target_columns"]}
+        descriptors = "rdkit" if models[0].config.descriptor_dim else "none"
+        if path.is_dir():
+            config_path = path / "config.json"
+            run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+            options = {f.name: getattr(config_section(run, section), f.name)
+                       for section, f in run_flags() if f.name not in _NOT_OPTIONS}
+        predictor = cls(meta["task"], descriptors=descriptors, verbose=verbose,
+                        **{**options, "device": device})
+        predictor.models, predictor.meta = models, meta
+        predictor.run_dir = path if path.is_dir() else None
+        metrics = path / "metrics.json"
+        predictor.metrics = json.loads(metrics.read_text()) if metrics.is_file() else None
+        return predictor
