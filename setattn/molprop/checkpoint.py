@@ -12,7 +12,6 @@ never executes code.
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 from pathlib import Path
@@ -106,9 +105,19 @@ def load_checkpoint(path: str | Path, kind: str = "model") -> dict:
 
 
 def build_model(ckpt: dict, path: Path) -> MoleculeModel:
-    """A model from a checkpoint's config and weights; mismatches name the file."""
+    """A model from a checkpoint's config and weights; mismatches name the file.
+
+    The config is checked (keys, types, and sizes against ``limits.MODEL_BOUNDS``)
+    before the model is built, so a file claiming absurd sizes allocates nothing.
+    """
     try:
-        model = MoleculeModel(MoleculeModelConfig.from_dict(dict(ckpt["config"])))
+        config = MoleculeModelConfig.from_dict(ckpt["config"], str(path), "config.")
+        config.validate()
+    except ValueError as err:
+        raise CheckpointError(f"{str(err).strip().splitlines()[0]} (model config refused "
+                              f"before building it)") from None
+    try:
+        model = MoleculeModel(config)
         state = dict(ckpt["state_dict"])
         if model.kernel is None:  # saved before models had a blend weight: the network alone
             state.setdefault("blend", model.blend.clone())
@@ -152,7 +161,7 @@ def load_run(path: str | Path) -> tuple[list[MoleculeModel], dict]:
         raise FileNotFoundError(
             f"argument --model: {path} is not a setattn run directory (no config.json)"
         )
-    run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+    run = RunConfig.read(config_path)
     loaded = [load_model(path / f"model_{k}" / "best.pt") for k in range(run.ensemble_size)]
     return [m for m, _ in loaded], loaded[0][1]
 

@@ -55,7 +55,7 @@ def test_ethanol_atoms_and_bonds():
         "formal_charge=0",
         "hybridisation=SP3",
         "num_hs=1",
-        "chirality=CHI_UNSPECIFIED",
+        "chirality=none",
     }
     assert hot_atom(data, 1) >= {"element=C", "degree=2", "num_hs=2"}
     # bond k -> edges 2k (begin -> end) and 2k + 1 (end -> begin)
@@ -90,10 +90,15 @@ def test_unknown_element_goes_to_other():
 
 
 def test_chirality_and_double_bond_stereo():
-    r = mol_to_data("C[C@@H](N)O")
-    s = mol_to_data("C[C@H](N)O")
-    assert {"chirality=CHI_TETRAHEDRAL_CW"} <= hot_atom(r, 1)
-    assert {"chirality=CHI_TETRAHEDRAL_CCW"} <= hot_atom(s, 1)
+    # the CIP label, whatever the order the neighbours are written in: L-alanine is S
+    for smiles in ("C[C@H](N)C(=O)O", "N[C@@H](C)C(=O)O", "OC(=O)[C@@H](N)C"):
+        data = mol_to_data(smiles)
+        chiral = [i for i in range(data.num_nodes) if "chirality=none" not in hot_atom(data, i)]
+        assert len(chiral) == 1 and "chirality=S" in hot_atom(data, chiral[0]), smiles
+    assert "chirality=R" in hot_atom(mol_to_data("C[C@@H](N)C(=O)O"), 1)  # D-alanine
+    # a specified centre without an R/S label (ring cis/trans) is "other"
+    ring = mol_to_data("C[C@H]1CC[C@@H](C)CC1")
+    assert "chirality=other" in hot_atom(ring, 1) and "chirality=other" in hot_atom(ring, 4)
     trans = mol_to_data("C/C=C/C")
     cis = mol_to_data("C/C=C\\C")
     assert "stereo=STEREOE" in hot_bond(trans, 2)  # bond 1 is the double bond
