@@ -9,6 +9,7 @@ import torch
 
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
+from setattn.molprop.outputs import check_output_file
 from setattn.viz import draw_atom_weights
 
 __all__ = ["cmd_explain"]
@@ -19,6 +20,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"argument --output: {output} must end in .png or .svg")
+    model = Path(args.model)
+    check_output_file(output, {"--model": model if model.is_file() else model / "config.json"})
     models, meta = load_run(args.model)
     weights, prediction = explain_molecule(models[0], args.smiles)  # (N, H), (T,)
     heads = weights.shape[1]
