@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from concurrent.futures.process import BrokenProcessPool
-
 from pathlib import Path
 
 from setattn.cli.process import one_thread

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from torch import Tensor
 from setattn.files import atomic_open
 from setattn.molprop.config import FORMAT, RunConfig
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.options import key_error
 
 __all__ = ["CheckpointError", "build_model", "load_checkpoint", "load_model", "load_run",
            "save_checkpoint", "snapshot"]
@@ -114,6 +116,9 @@ def build_model(ckpt: dict, path: Path) -> MoleculeModel:
         config = MoleculeModelConfig.from_dict(ckpt["config"], str(path), "config.")
         config.validate()
     except ValueError as err:
+        if not str(err).startswith(str(path)):  # a size or setting out of range
+            keys = {f.name: "config." for f in fields(MoleculeModelConfig)}
+            err = key_error(err, str(path), keys)
         raise CheckpointError(f"{str(err).strip().splitlines()[0]} (model config refused "
                               f"before building it)") from None
     try:

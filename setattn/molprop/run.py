@@ -252,6 +252,9 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     ``parts``, for the largest training batch of its actual molecules."""
     m, t = run.model, run.train
     batch = t.batch_size or 64
+    sizes = (m.hidden, m.heads, m.layers + 1, batch, run.ensemble_size)
+    if not all(isinstance(v, int) and v >= 1 for v in sizes):
+        return  # out of range: ``validate`` names the flag
     atoms = None
     if parts is not None:
         sizes = sorted((d.num_nodes for d in parts.train), reverse=True)
@@ -383,8 +386,8 @@ def run_training(
     out = Path(output_dir)
     main = distributed.world().is_main  # under torchrun only rank 0 writes files and prints
     log = log if main else _quiet
-    run.validate()
     _check_memory(run)  # the model's size alone, before anything is read or allocated
+    run.validate()
     lock = _claim(out, main, resume)
     try:
         parts = _read_parts(run, log)
