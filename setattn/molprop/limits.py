@@ -72,7 +72,9 @@ def parameter_count(hidden: int, layers: int, *, num_tasks: int = 1,
     d = hidden
     conv = 2 * (d * d + d) + d + d + d * (bond_dim + 1) + (2 * d if layer_norm else 0)
     head = d * (2 * d + descriptor_dim) + d + num_tasks * d + num_tasks
-    buffers = 3 * num_tasks + 4 * descriptor_dim + 3 + kernel_size * (descriptor_dim + num_tasks)
+    buffers = 2 * num_tasks + 2 * descriptor_dim + 1  # target and descriptor scaling, blend
+    if kernel_size:  # training descriptors and weights, scaling, gamma and ridge
+        buffers += kernel_size * (descriptor_dim + num_tasks) + num_tasks + 2 * descriptor_dim + 2
     return d * atom_dim + d + layers * conv + (d + d * d + d) + head + buffers
 
 
