@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from setattn.datasets.files import file_sha256
@@ -35,9 +36,8 @@ def data_fingerprint(path: str | Path, molecules: MoleculeSet) -> dict:
                     + [(int(f.row), f.smiles) for f in molecules.failures])
     targets = {}
     for t, name in enumerate(molecules.target_columns):
-        labels = [(int(d.row), None if d.y[0, t] != d.y[0, t] else float(d.y[0, t]))
-                  for d in molecules.data]
-        targets[name] = _hash(labels)
+        labels = [(int(d.row), float(d.y[0, t])) for d in molecules.data]
+        targets[name] = _hash([(row, None if math.isnan(y) else y) for row, y in labels])
     return {"file": Path(path).name, "sha256": file_sha256(Path(path)), "rows": len(smiles),
             "smiles": _hash(smiles), "targets": targets}
 
