@@ -209,3 +209,28 @@ def test_docstring_examples():
 
     result = doctest.testmod(molecules, verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_size_limit_and_time_budget_skip_a_molecule_with_the_reason():
+    from setattn.domains.molecules import MoleculeSkippedError
+
+    chain = "C" * 301
+    with pytest.raises(MoleculeSkippedError, match="301 heavy atoms, above the limit of 300") \
+            as err:
+        mol_to_data(chain, max_heavy_atoms=300, row=4, source="x.csv")
+    assert err.value.row == 4 and err.value.smiles == chain
+    assert "(301 characters)" in str(err.value)  # a long SMILES is shortened in messages
+    # the largest fragment is what counts: a big counter-ion mixture of small parts is fine
+    assert mol_to_data(".".join(["CCO"] * 200), max_heavy_atoms=300).num_nodes == 3
+    # a budget of 0 s stops the descriptors after the first one
+    with pytest.raises(MoleculeSkippedError, match="took over 0 s, the time budget"):
+        mol_to_data("CCO", descriptors=True, time_budget=0.0)
+    assert mol_to_data("CCO", descriptors=True, time_budget=60.0).descriptors.shape[0] == 1
+
+
+def test_fragment_note_names_what_was_dropped():
+    from setattn.domains.molecules import fragment_note
+
+    assert fragment_note("CCO") == "" and fragment_note("C1.C1") == ""  # one molecule
+    assert fragment_note("CC(=O)[O-].[Na+]") == \
+        "2 fragments: the largest (4 atoms) is featurised, dropped '[Na+]'"
