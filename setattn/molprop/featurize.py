@@ -289,7 +289,7 @@ def featurize_csv(
         ValueError: if a column is missing or a target cell is not a number (naming the
             row and column), or RDKit computes a different number of descriptors.
     """
-    path = existing_file(path)
+    path = existing_file(path, "--data")
     targets = as_list(target_columns)
     settings = _settings(smiles_column, targets, descriptor_dim, max_heavy_atoms, encoding)
     file = _cache_file(path, settings) if use_cache else None

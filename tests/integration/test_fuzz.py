@@ -288,6 +288,8 @@ TRAIN_VALUES: dict[str, list] = {
     "--descriptors": ["none", "rdkit", "all"],
     "--resume": [None],
     "--strict": [None],
+    "--max-heavy-atoms": ["300", "8", "0", "-1"],
+    "--encoding": ["utf-8", "latin-1", "klingon"],
 }
 
 
