@@ -7,8 +7,10 @@ from pathlib import Path
 
 import torch
 
+from setattn.domains.molecules import fragment_note
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
+from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.outputs import check_output_file
 from setattn.viz import draw_atom_weights
 
@@ -23,7 +25,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     model = Path(args.model)
     check_output_file(output, {"--model": model if model.is_file() else model / "config.json"})
     models, meta = load_run(args.model)
-    weights, prediction = explain_molecule(models[0], args.smiles)  # (N, H), (T,)
+    weights, prediction = explain_molecule(  # (N, H), (T,)
+        models[0], args.smiles, meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS))
     heads = weights.shape[1]
     panels = [weights.mean(1)]  # (N,) each
     legends = [f"readout attention, mean of {heads} heads"]
@@ -37,5 +40,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if models[0].kernel is not None:
         which += (f"; the prediction weighs the attention network {float(models[0].blend):g} "
                   "and the descriptor kernel ridge the rest, the picture is the network's")
+    note = fragment_note(args.smiles)
+    which += f" (note: {note})" if note else ""
     print(f"{args.smiles}: predicted {values}{which}; attention drawn in {output}")
     return 0
