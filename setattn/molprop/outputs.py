@@ -67,11 +67,9 @@ def check_output_file(output: str | Path, inputs: Mapping[str, str | Path | None
         raise ValueError(f"argument {argument}: {output} is a directory; give a file name")
     _check_folder(output, argument)
     for name, path in inputs.items():
-        if path is None or not Path(path).exists():
-            continue
-        same = (os.path.samefile(output, path) if output.exists()
-                else output.absolute() == Path(path).absolute())
-        if same:
+        # only an existing output can be an input (by any name: a link, a hard link, ..)
+        if path is not None and output.exists() and Path(path).exists() \
+                and os.path.samefile(output, path):
             raise ValueError(f"argument {argument}: {output} is the same file as {name} "
                              f"{path}; writing it would replace that input; choose another "
                              f"file name")
