@@ -48,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, CheckpointError, ValueError) as err:
         print(f"setattn {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a folder not writable, a disk full: one line, no traceback
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"setattn {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         if args.command == "train":
             print(f"\nsetattn train: interrupted; the last finished epoch is saved. Continue "

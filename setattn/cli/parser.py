@@ -7,6 +7,7 @@ import argparse
 from dataclasses import MISSING, Field
 
 from setattn.cli.process import DEFAULT_THREADS
+from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.loop import CHECKPOINT_SECONDS
 from setattn.molprop.settings import DEFAULT_DESCRIPTORS, run_flags
 
@@ -86,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--data", required=True, help="CSV file with a header line")
     predict.add_argument("--output", required=True, help="CSV file to write")
     predict.add_argument("--smiles-column", help="default: the one the model was trained with")
+    predict.add_argument("--encoding", help="text encoding of the CSV, e.g. latin-1 or cp1252 "
+                         "(default: UTF-8, or UTF-16 with its byte-order mark)")
+    predict.add_argument("--max-heavy-atoms", type=int, metavar="N",
+                         help="molecules with more heavy atoms get no prediction (default: "
+                         f"the run's setting, {MAX_HEAVY_ATOMS} unless it set another)")
     predict.add_argument("--workers", type=int, default=1,
                          help="processes featurising and predicting chunks in parallel "
                          "(default: 1, this process alone); the output is the same")

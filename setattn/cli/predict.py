@@ -5,32 +5,55 @@ from __future__ import annotations
 import argparse
 import sys
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 from setattn.cli.process import one_thread
+from setattn.datasets.files import check_encoding, existing_file
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
+from setattn.molprop.limits import MAX_HEAVY_ATOMS
+from setattn.molprop.outputs import check_output_file
 from setattn.molprop.predict import predict_csv
 
 __all__ = ["cmd_predict"]
+
+
+def _model_files(model: Path) -> dict[str, Path]:
+    """The files ``--model`` names (a run's config and weights), which no output may be."""
+    if model.is_file():
+        return {"--model": model}
+    files = {"--model": model / "config.json"}
+    for k, f in enumerate(sorted(model.glob("model_*/*.pt"))):
+        files[f"--model's file {k}"] = f
+    return files
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """Predict; print the row counts. Returns the exit status."""
     if args.workers < 1:
         raise ValueError(f"argument --workers: must be >= 1, got {args.workers}")
+    if args.max_heavy_atoms is not None and args.max_heavy_atoms < 1:
+        raise ValueError(f"argument --max-heavy-atoms: must be >= 1, got {args.max_heavy_atoms}")
+    check_encoding(args.encoding)
+    existing_file(args.data, "--data")
+    check_output_file(args.output, {"--data": args.data, **_model_files(Path(args.model))})
     device = resolve_device(args.device)
     if args.workers > 1 and device.type != "cpu":  # CUDA does not survive a fork
         raise ValueError(f"argument --workers: {args.workers} worker processes need "
                          f"--device cpu (got {args.device}, which is {device})")
     models, meta = load_run(args.model, device)
     smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
+    max_atoms = args.max_heavy_atoms or meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
     try:
         counts = predict_csv(models, meta["target_columns"], args.data, args.output,
-                             smiles_column, workers=args.workers, worker_init=one_thread)
+                             smiles_column, workers=args.workers, worker_init=one_thread,
+                             encoding=args.encoding, max_heavy_atoms=max_atoms)
     except BrokenProcessPool:
         print(f"setattn predict: error: a --workers process died (killed, or out of memory); "
               f"{args.output} was not written", file=sys.stderr)
         return 1
+    notes = f"; {counts['notes']} with a note (salts: the largest fragment)" \
+        if counts["notes"] else ""
     print(f"wrote {counts['rows']} rows to {args.output} ({len(models)} model(s); "
-          f"{counts['errors']} invalid SMILES with empty predictions)")
+          f"{counts['errors']} invalid or skipped SMILES with empty predictions{notes})")
     return 0

@@ -8,11 +8,13 @@ its own, so it sets what suits molecule training on a shared CPU.
 from __future__ import annotations
 
 import ctypes
+import signal
+import threading
 import warnings
 
 import torch
 
-__all__ = ["DEFAULT_THREADS", "keep_freed_memory", "one_thread", "set_up"]
+__all__ = ["DEFAULT_THREADS", "end_on_sigterm", "keep_freed_memory", "one_thread", "set_up"]
 
 DEFAULT_THREADS = 1
 """torch CPU threads unless ``--num-threads`` says otherwise: molecule batches are small
@@ -46,6 +48,18 @@ def keep_freed_memory() -> bool:
         mallopt(_M_TRIM_THRESHOLD, 256 << 20))
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def end_on_sigterm() -> None:
+    """End on SIGTERM (``kill``, ``timeout``) as on an exception: files being written are
+    removed, not left half-made, a run directory's lock is released and ``train`` saves
+    its last finished epoch. Only the main thread can set a signal handler."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
+
+
 def one_thread() -> None:
     """A worker process's set-up: one torch thread, so N workers use N cores."""
     torch.set_num_threads(1)
@@ -61,5 +75,6 @@ def set_up(command: str, num_threads: int) -> None:
     torch.set_num_threads(num_threads)
     # the sparse engine uses torch's CSR kernels on purpose; their "beta" notice is noise
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+    end_on_sigterm()
     if command == "train":
         keep_freed_memory()

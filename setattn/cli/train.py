@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from setattn.cli.parser import flag_name
@@ -37,7 +36,7 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def resumed_run_config(args: argparse.Namespace, config_path: Path) -> RunConfig:
     """The run stored in ``config_path``; a flag given with another value is an error."""
-    run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+    run = RunConfig.read(config_path)
     for section, f in run_flags():
         value = _flag_value(args, f.name)
         if value is None:
@@ -81,9 +80,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not world.is_main:
         return 0
     test = metrics["test"]
-    if run.task == "regression":
-        summary = f"test RMSE {test['rmse']:.4f}  MAE {test['mae']:.4f}  R2 {test['r2']:.4f}"
-    else:
-        summary = f"test ROC-AUC {test['roc_auc']:.4f}  PR-AUC {test['pr_auc']:.4f}"
-    print(f"{summary}  ({metrics['wall_time_s']:.1f} s; results in {out}/metrics.json)")
+    names = ({"rmse": "RMSE", "mae": "MAE", "r2": "R2"} if run.task == "regression"
+             else {"roc_auc": "ROC-AUC", "pr_auc": "PR-AUC"})
+    summary = "  ".join(f"{label} {_shown(test, key)}" for key, label in names.items())
+    print(f"test {summary}  ({metrics['wall_time_s']:.1f} s; results in {out}/metrics.json)")
     return 0
+
+
+def _shown(metrics: dict, key: str) -> str:
+    """A metric's value, or "undefined (why)" when the test part cannot define it."""
+    value = metrics[key]
+    if value == value:  # not NaN
+        return f"{value:.4f}"
+    return f"undefined ({metrics.get(key + '_undefined', 'no value')})"

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -21,13 +20,27 @@ from setattn.datasets.files import (
     as_list,
     check_columns,
     existing_file,
-    open_text,
+    open_csv,
     parse_target,
 )
-from setattn.domains.molecules import InvalidSmilesError, mol_to_data
+from setattn.domains.molecules import InvalidSmilesError, fragment_note, mol_to_data
 
-__all__ = ["MoleculeSet", "MoleculeTable", "load_molecule_csv", "load_molecule_sdf",
+__all__ = ["MoleculeNote", "MoleculeSet", "MoleculeTable", "load_molecule_csv", "load_molecule_sdf",
            "read_molecule_table"]
+
+
+class MoleculeNote(NamedTuple):
+    """A row featurised with a remark, e.g. a salt of which the largest fragment was kept.
+
+    Attributes:
+        row: the 0-based data row (header excluded).
+        smiles: its SMILES.
+        note: the remark (``fragment_note``).
+    """
+
+    row: int
+    smiles: str
+    note: str
 
 
 class MoleculeSet(NamedTuple):
@@ -40,11 +53,14 @@ class MoleculeSet(NamedTuple):
         failures: one ``InvalidSmilesError`` per row that could not be parsed,
             each carrying ``.row``, ``.smiles`` and ``.reason``.
         target_columns: the T target names, in the order of ``y``'s columns.
+        notes: one ``MoleculeNote`` per parsed row of several fragments (the largest
+            was kept), in row order.
     """
 
     data: list[Data]
     failures: list[InvalidSmilesError]
     target_columns: list[str]
+    notes: Sequence[MoleculeNote] = ()
 
 
 class MoleculeTable(NamedTuple):
@@ -64,31 +80,41 @@ class MoleculeTable(NamedTuple):
 
 
 def read_molecule_table(path: PathLike, smiles_column: str,
-                        target_columns: str | Sequence[str]) -> MoleculeTable:
+                        target_columns: str | Sequence[str],
+                        encoding: str | None = None) -> MoleculeTable:
     """Read the SMILES and target columns of a molecule CSV: the one CSV reader of
-    molecule files (``load_molecule_csv`` and the trainer's ``featurize_csv`` use it).
+    molecule files (``load_molecule_csv``, the trainer's ``featurize_csv`` and, record
+    by record, ``predict_csv`` use ``open_csv``'s dialect handling).
 
     Args:
-        path: the CSV file (``.csv`` or ``.csv.gz``) with a header line.
+        path: the CSV file with a header line: comma, semicolon or tab delimited,
+            optionally gzip-compressed and with a byte-order mark (see ``open_csv``).
         smiles_column: the name of the SMILES column.
         target_columns: the name(s) of the numeric target column(s).
+        encoding: the file's text encoding (None: UTF-8, or UTF-16 with its BOM).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: if a column is missing (listing the columns present) or a target
-            cell is not a number (naming its row and column).
+        ValueError: if a column is missing (listing the columns present) or appears
+            twice, a target cell is not a finite number (naming its row and column), or
+            a line cannot be decoded or parsed (naming it).
     """
-    path = existing_file(path)
     targets = as_list(target_columns)
     smiles, ys = [], []
-    with open_text(path) as handle:
-        reader = csv.DictReader(handle)
-        check_columns(list(reader.fieldnames or []), [smiles_column, *targets], path)
-        for row, record in enumerate(reader):
-            smiles.append(record[smiles_column] or "")
-            ys.append([parse_target(record[name], path, row, name) for name in targets])
+    with open_csv(path, encoding) as table:
+        path = table.path
+        smiles_at, *target_at = check_columns(table.header, [smiles_column, *targets], path)
+        for row, record in enumerate(table.records):
+            smiles.append(_cell(record, smiles_at))
+            ys.append([parse_target(_cell(record, i), path, row, name)
+                       for i, name in zip(target_at, targets)])
     y = torch.tensor(ys, dtype=torch.float32).reshape(len(ys), len(targets))  # (R, T)
     return MoleculeTable(path, smiles, y, targets)
+
+
+def _cell(record: list[str], index: int) -> str:
+    """The cell at ``index``; "" for a short record."""
+    return record[index] if index < len(record) else ""
 
 
 def load_molecule_csv(
@@ -98,6 +124,7 @@ def load_molecule_csv(
     *,
     graph: Literal["bonds", "complete"] = "bonds",
     largest_fragment: bool = True,
+    encoding: str | None = None,
 ) -> MoleculeSet:
     """Read molecules and their targets from a CSV file with a header line.
 
@@ -106,12 +133,13 @@ def load_molecule_csv(
     or fix them.
 
     Args:
-        path: the CSV file (``.csv`` or ``.csv.gz``).
+        path: the CSV file (any dialect ``open_csv`` reads).
         smiles_column: the name of the SMILES column.
         target_columns: the name(s) of the numeric target column(s); empty cells
             are missing labels and become NaN.
         graph: ``"bonds"`` or ``"complete"``, passed to ``mol_to_data``.
         largest_fragment: keep only the largest fragment of each molecule.
+        encoding: the file's text encoding (None: UTF-8, or UTF-16 with its BOM).
 
     Returns:
         A ``MoleculeSet`` (data, failures, target_columns); each ``Data`` has
@@ -122,9 +150,10 @@ def load_molecule_csv(
         ValueError: if a column is missing (the message lists the columns
             present) or a target cell is not a number (naming row and column).
     """
-    table = read_molecule_table(path, smiles_column, target_columns)
+    table = read_molecule_table(path, smiles_column, target_columns, encoding)
     data_list: list[Data] = []
     failures: list[InvalidSmilesError] = []
+    notes: list[MoleculeNote] = []
     for row, smiles in enumerate(table.smiles):
         try:
             data = mol_to_data(smiles, graph=graph, largest_fragment=largest_fragment, row=row,
@@ -135,7 +164,10 @@ def load_molecule_csv(
         data.y = table.y[row:row + 1].clone()  # (1, T)
         data.row = row
         data_list.append(data)
-    return MoleculeSet(data_list, failures, table.target_columns)
+        note = fragment_note(smiles) if largest_fragment else ""
+        if note:
+            notes.append(MoleculeNote(row, smiles, note))
+    return MoleculeSet(data_list, failures, table.target_columns, notes)
 
 
 def load_molecule_sdf(

@@ -7,6 +7,7 @@ as the atom graph, so a SMILES is parsed once.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,21 @@ from rdkit import Chem
 from torch import Tensor
 
 # Left out: the slowest to compute (benchmarks/results/engine.md); Ipc also overflows
-# float32 on large molecules.
+# float32 on large molecules. AvgIpc (kept: the models use it) grows as N^4 with N heavy
+# atoms (its characteristic polynomial); mol_to_data's size limit bounds it.
 _SLOW_DESCRIPTORS = ("qed", "SPS", "Ipc", "BCUT2D_")
+
+
+class DescriptorTimeout(TimeoutError):
+    """The descriptors of a molecule ran past their deadline.
+
+    Attributes:
+        descriptor: the name of the last descriptor computed.
+    """
+
+    def __init__(self, descriptor: str) -> None:
+        self.descriptor = descriptor
+        super().__init__(f"descriptors stopped after {descriptor}: past the deadline")
 
 
 def _descriptor_value(fn: Any, mol: Chem.Mol) -> float:
@@ -40,24 +54,34 @@ def descriptor_count() -> int:
     return len(descriptor_functions())
 
 
-def mol_descriptors(mol: Chem.Mol) -> Tensor:
+def mol_descriptors(mol: Chem.Mol, deadline: float | None = None) -> Tensor:
     """RDKit's 2D descriptors of ``mol``, (1, F_desc) float32.
 
     Args:
         mol: a sanitised molecule (one fragment, as the model sees it). Its ring
             information is completed in place (``Chem.FastFindRings``): fragments cut
             out of a larger molecule come without it.
+        deadline: a ``time.perf_counter()`` value; past it, ``DescriptorTimeout`` is
+            raised after the descriptor in progress (one slow call still runs to its
+            end: the size limit of ``mol_to_data`` is what bounds a single call).
 
     Returns:
         (1, F_desc) values; non-finite values, values beyond float32, and descriptors
         RDKit fails to compute for this molecule become 0.
+
+    Raises:
+        DescriptorTimeout: past ``deadline``.
     """
     from rdkit import rdBase
 
+    values = []
     with rdBase.BlockLogs():
         Chem.FastFindRings(mol)
-        values = np.array([_descriptor_value(fn, mol) for _, fn in descriptor_functions()],
-                          dtype=np.float64)
+        for name, fn in descriptor_functions():
+            values.append(_descriptor_value(fn, mol))
+            if deadline is not None and time.perf_counter() > deadline:
+                raise DescriptorTimeout(name)
+    values = np.array(values, dtype=np.float64)
     values = np.where(np.abs(values) < 1e30, values, 0.0)  # inf, nan and float32 overflow
     return torch.from_numpy(np.nan_to_num(values)).float()[None]  # (1, F_desc)
 

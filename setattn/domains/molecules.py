@@ -17,7 +17,15 @@ feature). Two topologies are offered:
 Atom features (``ATOM_FEATURE_DIM`` = 59 columns, one-hot groups with an "other"
 slot where the value set is open, see ``atom_feature_names()``): element,
 degree (bonded heavy neighbours), formal charge, hybridisation, aromaticity,
-total hydrogen count, ring membership, chirality tag.
+total hydrogen count, ring membership, chirality. Chirality is the stereocentre's CIP
+label (``none``, ``R``, ``S``, or ``other`` for a specified centre without an R/S
+label, e.g. ring cis/trans centres): unlike RDKit's CW/CCW chiral tag, which depends
+on the order atoms are written in, it is the same for every SMILES of a molecule.
+
+Size and time limits: ``mol_to_data(..., max_heavy_atoms=N)`` refuses a molecule with
+more heavy atoms (after fragment selection), and ``time_budget=S`` stops computing its
+descriptors once S seconds have passed (checked between two descriptors), both with
+``MoleculeSkippedError``, so that a 1,000-atom chain cannot hold up a whole data set.
 
 Bond features (``BOND_FEATURE_DIM`` = 14 columns, ``bond_feature_names()``):
 bond type, conjugation, ring membership, stereo.
@@ -30,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 import numpy as np
@@ -38,45 +47,23 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import rdchem
 from torch_geometric.data import Data
 
-from setattn.domains.descriptors import mol_descriptors
+from setattn.domains.descriptors import DescriptorTimeout, mol_descriptors
+from setattn.domains.errors import InvalidSmilesError, MoleculeSkippedError, short_smiles
 
 __all__ = [
     "ATOM_FEATURE_DIM",
     "BOND_FEATURE_DIM",
     "ELEMENTS",
     "InvalidSmilesError",
+    "MoleculeSkippedError",
     "atom_feature_names",
     "bond_feature_names",
+    "fragment_note",
     "keep_largest_fragment",
+    "short_smiles",
     "mol_to_data",
     "parse_smiles",
 ]
-
-
-class InvalidSmilesError(ValueError):
-    """A SMILES string that RDKit cannot turn into a molecule, or an empty one.
-
-    Attributes:
-        smiles: the offending string, exactly as given.
-        row: the 0-based data row of the file it came from (header excluded), or
-            None when it did not come from a file.
-        reason: what RDKit (or the empty check) reported.
-        source: the file name, or None.
-    """
-
-    def __init__(
-        self, smiles: str, reason: str, row: int | None = None, source: str | None = None
-    ) -> None:
-        self.smiles = smiles
-        self.row = row
-        self.reason = reason
-        self.source = source
-        where = ""
-        if row is not None:
-            where = f" in row {row}" + (f" of {source}" if source else "")
-        elif source:
-            where = f" in {source}"
-        super().__init__(f"invalid SMILES {smiles!r}{where}: {reason}")
 
 
 # ----------------------------------------------------------------------------
@@ -99,11 +86,7 @@ _HYBRIDISATIONS = (
     rdchem.HybridizationType.SP3D2,
 )
 _NUM_HS = (0, 1, 2, 3)  # the last slot of the group means "4 or more"
-_CHIRALITIES = (
-    rdchem.ChiralType.CHI_UNSPECIFIED,
-    rdchem.ChiralType.CHI_TETRAHEDRAL_CW,
-    rdchem.ChiralType.CHI_TETRAHEDRAL_CCW,
-)
+_CHIRALITIES = ("none", "R", "S")  # CIP labels; "none": no stereocentre
 _BOND_TYPES = (
     rdchem.BondType.SINGLE,
     rdchem.BondType.DOUBLE,
@@ -167,7 +150,7 @@ def atom_feature_names() -> list[str]:
     names += ["aromatic"]
     names += [f"num_hs={n}" for n in _NUM_HS] + [f"num_hs={len(_NUM_HS)}+"]
     names += ["in_ring"]
-    names += [f"chirality={c.name}" for c in _CHIRALITIES] + ["chirality=other"]
+    names += [f"chirality={c}" for c in _CHIRALITIES] + ["chirality=other"]
     return names
 
 
@@ -246,9 +229,48 @@ def keep_largest_fragment(mol: Chem.Mol) -> Chem.Mol:
     return max(fragments, key=lambda frag: frag.GetNumAtoms())  # max keeps the first on ties
 
 
+def fragment_note(smiles: str) -> str:
+    """What ``largest_fragment`` does to a SMILES of several fragments, in words ("" for
+    one fragment, or a SMILES RDKit cannot read): the rule is to keep the fragment with
+    the most atoms (the first on ties), so a salt or a mixture is one molecule."""
+    if "." not in smiles:
+        return ""
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(smiles.strip(), sanitize=False)
+    if mol is None:
+        return ""
+    fragments = Chem.GetMolFrags(mol)  # atom indices per fragment, in atom order
+    if len(fragments) <= 1:
+        return ""
+    kept = max(range(len(fragments)), key=lambda k: len(fragments[k]))
+    pieces = smiles.strip().split(".")
+    dropped = ("dropped " + ", ".join(short_smiles(p, 30) for k, p in enumerate(pieces)
+                                      if k != kept)
+               if len(pieces) == len(fragments) else f"dropped {len(fragments) - 1}")
+    atoms = len(fragments[kept])
+    return (f"{len(fragments)} fragments: the largest ({atoms} atom{'s' * (atoms != 1)}) is "
+            f"featurised, {dropped}")
+
+
 # ----------------------------------------------------------------------------
 # Featurisation
 # ----------------------------------------------------------------------------
+
+
+def _assign_cip_labels(mol: Chem.Mol) -> None:
+    """Give the stereocentres of ``mol`` their CIP labels (``_CIPCode``) if RDKit has not
+    yet: parsing a SMILES does it already, a hand-built ``Mol`` may not have."""
+    if not mol.HasProp("_StereochemDone"):
+        Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
+
+
+def _chirality_column(atom: Chem.Atom) -> int:
+    """The chirality column: the CIP label of a stereocentre, never the CW/CCW tag
+    (which flips with the order the neighbours are written in)."""
+    if atom.GetChiralTag() == rdchem.ChiralType.CHI_UNSPECIFIED:
+        return _CHIRAL_COL["none"]
+    label = atom.GetProp("_CIPCode") if atom.HasProp("_CIPCode") else ""
+    return _CHIRAL_COL.get(label, _CHIRAL_OTHER)
 
 
 def _atom_features(mol: Chem.Mol, read_chirality: bool = True) -> torch.Tensor:
@@ -258,7 +280,9 @@ def _atom_features(mol: Chem.Mol, read_chirality: bool = True) -> torch.Tensor:
     knows every tag is unspecified, e.g. a SMILES without ``@``.
     """
     num_atoms = mol.GetNumAtoms()
-    unspecified = _CHIRAL_COL[rdchem.ChiralType.CHI_UNSPECIFIED]
+    unspecified = _CHIRAL_COL["none"]
+    if read_chirality:
+        _assign_cip_labels(mol)
     cols: list[int] = []  # _ONE_HOT_GROUPS_PER_ATOM hot columns per atom, atom-major
     flag_rows: list[int] = []  # binary flags, set as extra (row, col) pairs
     flag_cols: list[int] = []
@@ -266,7 +290,7 @@ def _atom_features(mol: Chem.Mol, read_chirality: bool = True) -> torch.Tensor:
     for idx in range(num_atoms):
         atom = atom_at(idx)
         chirality = (
-            _CHIRAL_COL.get(atom.GetChiralTag(), _CHIRAL_OTHER) if read_chirality else unspecified
+            _chirality_column(atom) if read_chirality else unspecified
         )
         cols += (
             _ELEMENT_COL.get(atom.GetAtomicNum(), _ELEMENT_OTHER),
@@ -344,6 +368,37 @@ def _distance_flat(mol: Chem.Mol) -> torch.Tensor:
     return torch.from_numpy(dist.reshape(-1))
 
 
+def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | None
+                ) -> tuple[Chem.Mol, str, bool, bool, bool]:
+    """(mol, smiles, has_dot, has_chirality, has_stereo) of ``mol_to_data``'s input.
+
+    Cheap text checks let the featurisers skip slow RDKit calls whose answer is known:
+    no "." means one fragment, no "@" no chiral tags, no "/" or "\\" no double-bond
+    stereo. A ``Mol`` is read in full.
+    """
+    if isinstance(smiles_or_mol, str):
+        smiles = smiles_or_mol
+        mol = parse_smiles(smiles, row=row, source=source)
+        return mol, smiles, "." in smiles, "@" in smiles, "/" in smiles or "\\" in smiles
+    if isinstance(smiles_or_mol, Chem.Mol):
+        if smiles_or_mol.GetNumAtoms() == 0:
+            raise ValueError("argument smiles_or_mol: the RDKit Mol has no atoms")
+        return smiles_or_mol, Chem.MolToSmiles(smiles_or_mol), True, True, True
+    raise TypeError(
+        "argument smiles_or_mol must be a SMILES str or an RDKit Mol, "
+        f"got {type(smiles_or_mol).__name__}"
+    )
+
+
+def _check_size(mol: Chem.Mol, smiles: str, max_heavy_atoms: int | None, row: int | None,
+                source: str | None) -> None:
+    """Raise ``MoleculeSkippedError`` for more heavy atoms than ``max_heavy_atoms``."""
+    if max_heavy_atoms is not None and mol.GetNumHeavyAtoms() > max_heavy_atoms:
+        raise MoleculeSkippedError(
+            smiles, f"{mol.GetNumHeavyAtoms()} heavy atoms, above the limit of "
+            f"{max_heavy_atoms} (--max-heavy-atoms)", row=row, source=source)
+
+
 def mol_to_data(
     smiles_or_mol: str | Chem.Mol,
     *,
@@ -352,6 +407,8 @@ def mol_to_data(
     descriptors: bool = False,
     row: int | None = None,
     source: str | None = None,
+    max_heavy_atoms: int | None = None,
+    time_budget: float | None = None,
 ) -> Data:
     """Turn one molecule into a PyG ``Data`` of atoms.
 
@@ -366,6 +423,8 @@ def mol_to_data(
             (``setattn.domains.descriptors``) from the same parse, as ``descriptors``.
         row: the file row the molecule came from, carried into errors.
         source: the file name it came from, carried into errors.
+        max_heavy_atoms: refuse molecules (the kept fragment) with more heavy atoms.
+        time_budget: seconds the descriptors may take, checked between two of them.
 
     Returns:
         ``Data`` with
@@ -380,34 +439,18 @@ def mol_to_data(
 
     Raises:
         InvalidSmilesError: for an empty or unparsable SMILES (with ``.smiles``
-            and ``.row``).
+            and ``.row``); ``MoleculeSkippedError`` (a subclass) above the size limit
+            or the time budget.
         ValueError: for an unknown ``graph`` or a ``Mol`` with no atoms.
         TypeError: if ``smiles_or_mol`` is neither a string nor a ``Mol``.
     """
     if graph not in ("bonds", "complete"):
         raise ValueError(f"graph must be 'bonds' or 'complete', got {graph!r}")
-    if isinstance(smiles_or_mol, str):
-        smiles = smiles_or_mol
-        mol = parse_smiles(smiles, row=row, source=source)
-        # Cheap text checks let the featurisers skip slow RDKit calls whose answer
-        # is known: no "." means one fragment, no "@" no chiral tags, no "/" or "\\"
-        # no double-bond stereo.
-        has_dot = "." in smiles
-        has_chirality = "@" in smiles
-        has_stereo = "/" in smiles or "\\" in smiles
-    elif isinstance(smiles_or_mol, Chem.Mol):
-        mol = smiles_or_mol
-        if mol.GetNumAtoms() == 0:
-            raise ValueError("argument smiles_or_mol: the RDKit Mol has no atoms")
-        smiles = Chem.MolToSmiles(mol)
-        has_dot = has_chirality = has_stereo = True  # unknown: read them from the Mol
-    else:
-        raise TypeError(
-            "argument smiles_or_mol must be a SMILES str or an RDKit Mol, "
-            f"got {type(smiles_or_mol).__name__}"
-        )
+    start = time.perf_counter()
+    mol, smiles, has_dot, has_chirality, has_stereo = _read_input(smiles_or_mol, row, source)
     if largest_fragment and has_dot:
         mol = keep_largest_fragment(mol)
+    _check_size(mol, smiles, max_heavy_atoms, row, source)
 
     data = Data(x=_atom_features(mol, has_chirality), smiles=smiles)
     if graph == "bonds":
@@ -415,7 +458,14 @@ def mol_to_data(
     else:
         data.dist = _distance_flat(mol)
     if descriptors:  # last: it completes the ring information of ``mol`` in place
-        data.descriptors = mol_descriptors(mol)  # (1, F_desc)
+        deadline = None if time_budget is None else start + time_budget
+        try:
+            data.descriptors = mol_descriptors(mol, deadline)  # (1, F_desc)
+        except DescriptorTimeout as err:
+            raise MoleculeSkippedError(
+                smiles, f"featurisation took over {time_budget:g} s, the time budget per "
+                f"molecule (stopped at the descriptor {err.descriptor})", row=row,
+                source=source) from None
     return data
 
 

@@ -123,7 +123,9 @@ class MoleculePredictor:
         models: the trained (or loaded) ensemble, in eval mode.
         metrics: ``metrics.json`` of the run (None if there is none).
         errors: (index, SMILES, reason) of each SMILES the last ``predict`` or
-            ``predict_std`` could not parse.
+            ``predict_std`` could not parse or skipped (NaN rows).
+        notes: (index, SMILES, note) of each SMILES predicted with a remark (a salt
+            or mixture: its largest fragment was predicted).
         run_dir: the run directory the models come from.
 
     Raises:
@@ -150,6 +152,7 @@ class MoleculePredictor:
         self.meta: dict = {}
         self.metrics: dict | None = None
         self.errors: list[tuple[int, str, str]] = []
+        self.notes: list[tuple[int, str, str]] = []
         self.run_dir: Path | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
 
@@ -248,7 +251,10 @@ class MoleculePredictor:
         smiles = _smiles_list(smiles, "smiles")
         mean, std, messages = predict_smiles(self.models, smiles)  # (M, T) each
         self.errors = [(i, s, m.removeprefix("invalid SMILES: "))
-                       for i, (s, m) in enumerate(zip(smiles, messages)) if m]
+                       for i, (s, m) in enumerate(zip(smiles, messages))
+                       if m and not m.startswith("note: ")]
+        self.notes = [(i, s, m.removeprefix("note: "))
+                      for i, (s, m) in enumerate(zip(smiles, messages)) if m.startswith("note: ")]
         return mean.numpy(), std.numpy()
 
     def predict(self, smiles: str | Sequence[str]) -> np.ndarray:

@@ -12,9 +12,9 @@ never executes code.
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from torch import Tensor
 from setattn.files import atomic_open
 from setattn.molprop.config import FORMAT, RunConfig
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.options import key_error
 
 __all__ = ["CheckpointError", "build_model", "load_checkpoint", "load_model", "load_run",
            "on_cpu", "save_checkpoint", "snapshot"]
@@ -124,9 +125,22 @@ def load_checkpoint(path: str | Path, kind: str = "model",
 
 def build_model(ckpt: dict, path: Path, device: str | torch.device = "cpu") -> MoleculeModel:
     """A model on ``device`` from a checkpoint's config and weights; mismatches name the
-    file."""
+    file.
+
+    The config is checked (keys, types, and sizes against ``limits.MODEL_BOUNDS``)
+    before the model is built, so a file claiming absurd sizes allocates nothing.
+    """
     try:
-        model = MoleculeModel(MoleculeModelConfig.from_dict(dict(ckpt["config"]))).to(device)
+        config = MoleculeModelConfig.from_dict(ckpt["config"], str(path), "config.")
+        config.validate()
+    except ValueError as err:
+        if not str(err).startswith(str(path)):  # a size or setting out of range
+            keys = {f.name: "config." for f in fields(MoleculeModelConfig)}
+            err = key_error(err, str(path), keys)
+        raise CheckpointError(f"{str(err).strip().splitlines()[0]} (model config refused "
+                              f"before building it)") from None
+    try:
+        model = MoleculeModel(config).to(device)
         state = dict(ckpt["state_dict"])
         if model.kernel is None:  # saved before models had a blend weight: the network alone
             state.setdefault("blend", model.blend.clone())
@@ -174,7 +188,7 @@ def load_run(path: str | Path, device: str | torch.device = "cpu"
         raise FileNotFoundError(
             f"argument --model: {path} is not a setattn run directory (no config.json)"
         )
-    run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
+    run = RunConfig.read(config_path)
     loaded = [load_model(path / f"model_{k}" / "best.pt", device)
               for k in range(run.ensemble_size)]
     return [m for m, _ in loaded], loaded[0][1]

@@ -9,13 +9,17 @@ its help text and its default, so adding a setting is one line here.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from setattn.datasets.files import check_encoding
 from setattn.molprop import splits
 from setattn.molprop.device import DEVICE_HELP, PRECISIONS, resolve_device
+from setattn.molprop.limits import MAX_HEAVY_ATOMS, RUN_BOUNDS, check_bounds
 from setattn.molprop.model import MoleculeModelConfig
-from setattn.molprop.options import option
+from setattn.molprop.options import config_from_dict, flag_fields, key_error, option
 
 __all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig", "legacy_batch_size"]
 
@@ -71,6 +75,8 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             raise ValueError(f"argument --precision: must be fp32 or bf16, got "
                              f"{self.precision!r}")
+        check_bounds({"epochs": self.epochs, "batch_size": self.batch_size}, RUN_BOUNDS,
+                     {"epochs": "argument --epochs", "batch_size": "argument --batch-size"})
 
 
 @dataclass
@@ -91,6 +97,9 @@ class RunConfig:
         strict: refuse the data if a SMILES is invalid or empty (else skip it).
         kernel_ridge: "auto" blends a descriptor kernel ridge into regression models
             trained on at most ``KERNEL_MAX_TRAIN`` molecules with descriptors; "off".
+        max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
+            ``strict``), like invalid SMILES.
+        encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
         train: training settings.
         model: model settings (``num_tasks`` and ``task`` follow the run).
     """
@@ -118,6 +127,10 @@ class RunConfig:
                                "regression with descriptors on at most "
                                f"{KERNEL_MAX_TRAIN} training molecules)",
                                choices=["auto", "off"])
+    max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
+                                  "with more heavy atoms, as invalid SMILES are", type=int)
+    encoding: str | None = option(None, "text encoding of the CSV, e.g. latin-1 or cp1252 "
+                                  "(default: UTF-8, or UTF-16 with its byte-order mark)")
     train: TrainConfig = field(default_factory=TrainConfig)
     model: MoleculeModelConfig = field(default_factory=MoleculeModelConfig)
 
@@ -128,6 +141,12 @@ class RunConfig:
         if not self.target_columns:
             raise ValueError("argument --target-columns is required (unless --resume): "
                              "give at least one target column")
+        twice = sorted({c for c in self.target_columns if self.target_columns.count(c) > 1})
+        if twice:
+            raise ValueError(f"argument --target-columns: {twice} given more than once")
+        if self.smiles_column in self.target_columns:
+            raise ValueError(f"argument --target-columns: {self.smiles_column!r} is the SMILES "
+                             f"column")
         if self.task not in ("regression", "classification"):
             raise ValueError(f"argument --task: must be regression or classification, "
                              f"got {self.task!r}")
@@ -142,6 +161,14 @@ class RunConfig:
         if self.kernel_ridge not in ("auto", "off"):
             raise ValueError(f"argument --kernel-ridge: must be auto or off, "
                              f"got {self.kernel_ridge!r}")
+        if self.max_heavy_atoms < 1:
+            raise ValueError(f"argument --max-heavy-atoms: must be >= 1, "
+                             f"got {self.max_heavy_atoms}")
+        check_bounds({"ensemble_size": self.ensemble_size,
+                      "max_heavy_atoms": self.max_heavy_atoms}, RUN_BOUNDS,
+                     {"ensemble_size": "argument --ensemble-size",
+                      "max_heavy_atoms": "argument --max-heavy-atoms"})
+        check_encoding(self.encoding)
         self.train.validate()
         self.model.validate()
 
@@ -153,20 +180,44 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config.json") -> RunConfig:
-        """The run of a ``config.json`` dict; refuses other formats and unknown keys."""
+        """The run of a ``config.json`` dict, checked: other formats, unknown keys,
+        values of the wrong type or out of range are refused naming the key."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{source}: not a setattn run configuration (a JSON "
+                             f"{type(d).__name__}, expected an object)")
         if d.get("setattn_format") != FORMAT:
             raise ValueError(f"{source}: not a setattn run configuration "
                              f"(setattn_format {d.get('setattn_format')!r}, expected {FORMAT})")
-        d = {k: v for k, v in d.items() if k != "setattn_format"}
-        known = {f.name for f in fields(cls)}
-        if set(d) - known:
-            raise ValueError(f"{source}: unknown keys {sorted(set(d) - known)}")
-        d["train"] = TrainConfig(**d.get("train", {}))
-        d["model"] = MoleculeModelConfig.from_dict(d.get("model", {}))
-        return cls(**d)
+        top = {k: v for k, v in d.items() if k not in ("setattn_format", "train", "model")}
+        run = config_from_dict(cls, top, source)
+        run.train = config_from_dict(TrainConfig, d.get("train", {}), source, "train.")
+        run.model = MoleculeModelConfig.from_dict(d.get("model", {}), source, "model.")
+        try:
+            run.validate()
+        except ValueError as err:
+            raise key_error(err, source, _SECTIONS) from None
+        return run
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunConfig:
+        """The run of a ``config.json`` file (``from_dict``); a file that is not JSON
+        is refused naming it, without quoting it."""
+        path = Path(path)
+        try:
+            d = json.loads(path.read_bytes())
+        except (ValueError, UnicodeError) as err:
+            reason = f"line {err.lineno}" if isinstance(err, json.JSONDecodeError) else "binary"
+            raise ValueError(f"{path}: not a setattn run configuration (not valid JSON: "
+                             f"{reason})") from None
+        return cls.from_dict(d, str(path))
 
 
 def legacy_batch_size(n_train: int) -> int:
     """The batch size of runs saved with ``batch_size`` None (before it defaulted to 64):
     32 molecules below 2000 training molecules, else 64. ``--resume`` keeps it for them."""
     return 32 if n_train < 2000 else 64
+
+
+_SECTIONS = {**{f.name: "train." for f in flag_fields(TrainConfig)},
+             **{f.name: "model." for f in flag_fields(MoleculeModelConfig)}}
+"""The section of ``config.json`` holding each train and model flag's key."""

@@ -9,14 +9,17 @@ from setattn.domains.molecules import InvalidSmilesError
 from setattn.molprop.batching import collate_molecules
 from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
+from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
 
 __all__ = ["explain_molecule"]
 
 
 @torch.no_grad()
-def explain_molecule(model: MoleculeModel, smiles: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The readout's attention over a molecule's atoms, and the prediction.
+def explain_molecule(model: MoleculeModel, smiles: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The readout's attention over a molecule's atoms (its largest fragment), and the
+    prediction; molecules with more than ``max_heavy_atoms`` heavy atoms are refused.
 
     Returns:
         weights (N, H): head h's attention weight of atom j (each column sums to 1),
@@ -26,7 +29,7 @@ def explain_molecule(model: MoleculeModel, smiles: str) -> tuple[torch.Tensor, t
         ValueError: naming ``--smiles`` if it does not parse.
     """
     try:
-        data = featurize(smiles, model.config.descriptor_dim)
+        data = featurize(smiles, model.config.descriptor_dim, max_heavy_atoms=max_heavy_atoms)
     except InvalidSmilesError as err:
         raise ValueError(f"argument --smiles: {err}") from None
     model.eval()

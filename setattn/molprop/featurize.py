@@ -7,11 +7,17 @@ for every row of a molecule CSV, with two additions:
 - **cache**: the result is saved as plain tensors, lists and strings with ``torch.save``
   and read back with ``torch.load(weights_only=True)`` (tensors and plain containers
   only, never arbitrary objects). The cache file is named by a hash of the CSV's path
-  and the featurisation settings (columns, descriptor width, ``FEATURIZER_VERSION``,
-  RDKit version) and stores the SHA-256 of the CSV's bytes; a changed file, other
-  columns or another featuriser never reuse it (the file is featurised again and the
-  entry rewritten). The folder is ``$SETATTN_CACHE_DIR`` or
-  ``~/.cache/setattn/features``; ``SETATTN_CACHE_DIR=off`` turns the cache off.
+  and the featurisation settings (columns, descriptor width, size limit, encoding,
+  ``FEATURIZER_VERSION``, RDKit version) and stores the SHA-256 of the CSV's bytes and
+  a SHA-256 checksum of its own content; a changed file, other settings or an entry
+  whose content no longer matches its checksum (edited, damaged) are never used (the
+  file is featurised again and the entry rewritten). The folder is
+  ``$SETATTN_CACHE_DIR`` or ``~/.cache/setattn/features``; ``SETATTN_CACHE_DIR=off``
+  turns the cache off.
+- **limits**: molecules with more than ``max_heavy_atoms`` heavy atoms, or whose
+  featurisation runs past ``limits.FEATURIZE_SECONDS``, are failures like invalid
+  SMILES (``MoleculeSkippedError``); SMILES of several fragments keep the largest and
+  get a ``MoleculeNote``.
 - **processes**: sets of at least ``PARALLEL_MIN`` molecules are featurised in chunks by
   a pool of forked processes (one per available core, ``SETATTN_FEATURIZE_WORKERS`` to
   override; 0 or 1 means in this process). The order of molecules and failures is the
@@ -33,18 +39,25 @@ import torch
 from rdkit import rdBase
 from torch_geometric.data import Data
 
-from setattn.datasets.files import PathLike, as_list, existing_file
-from setattn.datasets.molecules import MoleculeSet, read_molecule_table
-from setattn.domains.molecules import InvalidSmilesError, mol_to_data
+from setattn.datasets.files import PathLike, as_list, existing_file, file_sha256
+from setattn.datasets.molecules import MoleculeNote, MoleculeSet, read_molecule_table
+from setattn.domains.molecules import (
+    InvalidSmilesError,
+    MoleculeSkippedError,
+    fragment_note,
+    mol_to_data,
+)
 from setattn.files import atomic_open
 from setattn.molprop.batching import pack
 from setattn.molprop.distributed import world
+from setattn.molprop.limits import FEATURIZE_SECONDS, MAX_HEAVY_ATOMS
 
 __all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "featurize", "featurize_csv"]
 
 
-FEATURIZER_VERSION = 1
-"""Bump when ``mol_to_data`` or the descriptors change: old cache entries are then unused."""
+FEATURIZER_VERSION = 2
+"""Bump when ``mol_to_data`` or the descriptors change: old cache entries are then unused.
+2: chirality is the CIP label (R/S), not the atom-order-dependent CW/CCW tag."""
 
 
 PARALLEL_MIN = 2000
@@ -54,27 +67,32 @@ PARALLEL_MIN = 2000
 _CHUNK = 256  # rows per pool task
 
 
-_FORMAT = "setattn-features-1"
+_FORMAT = "setattn-features-2"
 
 
 def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
-              source: str | None = None) -> Data:
+              source: str | None = None, max_heavy_atoms: int = MAX_HEAVY_ATOMS,
+              time_budget: float = FEATURIZE_SECONDS) -> Data:
     """One molecule as the model's input: ``mol_to_data`` plus descriptors if used.
 
     Args:
         smiles: the SMILES string.
         descriptor_dim: F_desc the model expects (0: no descriptors).
         row, source: the file row and name it came from, carried into errors.
+        max_heavy_atoms: larger molecules (the largest fragment) are skipped.
+        time_budget: seconds the featurisation may take (checked between descriptors).
 
     Returns:
         ``Data`` with ``x``, ``edge_index``, ``edge_attr``, ``smiles`` and, with
         ``descriptor_dim``, ``descriptors`` (1, F_desc).
 
     Raises:
-        InvalidSmilesError: for an empty or unparsable SMILES.
+        InvalidSmilesError: for an empty or unparsable SMILES; ``MoleculeSkippedError``
+            (a subclass) for a molecule above the size limit or the time budget.
         ValueError: if this RDKit computes another number of descriptors than the model's.
     """
-    data = mol_to_data(smiles, descriptors=bool(descriptor_dim), row=row, source=source)
+    data = mol_to_data(smiles, descriptors=bool(descriptor_dim), row=row, source=source,
+                       max_heavy_atoms=max_heavy_atoms, time_budget=time_budget)
     if descriptor_dim and data.descriptors.shape[1] != descriptor_dim:
         raise ValueError(
             f"the model expects {descriptor_dim} descriptors but this RDKit computes "
@@ -104,10 +122,13 @@ def _workers(n_rows: int) -> int:
     return max(len(os.sched_getaffinity(0)) // world().size, 1)  # ranks share the cores
 
 
-def _settings(smiles_column: str, targets: list[str], descriptor_dim: int) -> dict:
+def _settings(smiles_column: str, targets: list[str], descriptor_dim: int,
+              max_heavy_atoms: int, encoding: str | None) -> dict:
     return {"format": _FORMAT, "featurizer": FEATURIZER_VERSION, "rdkit": rdBase.rdkitVersion,
             "smiles_column": smiles_column, "target_columns": targets,
-            "descriptor_dim": descriptor_dim, "graph": "bonds", "largest_fragment": True}
+            "descriptor_dim": descriptor_dim, "graph": "bonds", "largest_fragment": True,
+            "max_heavy_atoms": max_heavy_atoms, "time_budget": FEATURIZE_SECONDS,
+            "encoding": encoding}
 
 
 def _cache_file(path: Path, settings: dict) -> Path | None:
@@ -116,14 +137,6 @@ def _cache_file(path: Path, settings: dict) -> Path | None:
         return None
     key = json.dumps({"path": str(path.resolve()), **settings}, sort_keys=True)
     return folder / f"{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.pt"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _unpack(packed: dict) -> list[Data]:
@@ -143,26 +156,34 @@ def _unpack(packed: dict) -> list[Data]:
     return out
 
 
-def _featurize_chunk(task: tuple[list[int], list[str], str, int]) -> tuple[dict, list]:
-    """Featurise rows; returns (packed successes with their rows, failures as lists)."""
-    rows, smiles, source, descriptor_dim = task
-    data, done, failures = [], [], []
+def _featurize_chunk(task: tuple[list[int], list[str], str, int, int]) -> tuple[dict, list]:
+    """Featurise rows; returns (packed successes with their rows, failures as lists
+    [row, smiles, reason, skipped] and notes as [row, smiles, note] under "notes")."""
+    rows, smiles, source, descriptor_dim, max_heavy_atoms = task
+    data, done, failures, notes = [], [], [], []
     for row, s in zip(rows, smiles):
         try:
-            data.append(featurize(s, descriptor_dim, row=row, source=source))
+            data.append(featurize(s, descriptor_dim, row=row, source=source,
+                                  max_heavy_atoms=max_heavy_atoms))
         except InvalidSmilesError as err:
-            failures.append([row, err.smiles, err.reason])
+            failures.append([row, err.smiles, err.reason,
+                             isinstance(err, MoleculeSkippedError)])
             continue
         done.append(row)
+        note = fragment_note(s)
+        if note:
+            notes.append([row, s, note])
     packed = pack(data, descriptor_dim)
     packed["row"] = torch.tensor(done, dtype=torch.long)
+    packed["notes"] = notes
     return packed, failures
 
 
 def _concat(parts: list[dict], descriptor_dim: int) -> dict:
     """Join packed chunks, shifting their offsets."""
     out = {"smiles": [s for p in parts for s in p["smiles"]],
-           "row": torch.cat([p["row"] for p in parts])}
+           "row": torch.cat([p["row"] for p in parts]),
+           "notes": [n for p in parts for n in p["notes"]]}
     for key in ("x", "edge_attr", *(("descriptors",) if descriptor_dim else ())):
         nonempty = [p[key] for p in parts if p[key].numel()]
         out[key] = torch.cat(nonempty) if nonempty else parts[0][key]
@@ -175,11 +196,13 @@ def _concat(parts: list[dict], descriptor_dim: int) -> dict:
     return out
 
 
-def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_dim: int) -> dict:
-    table = read_molecule_table(path, smiles_column, targets)
+def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_dim: int,
+               max_heavy_atoms: int, encoding: str | None) -> dict:
+    table = read_molecule_table(path, smiles_column, targets, encoding)
     rows, smiles, y = list(range(len(table.smiles))), table.smiles, table.y
-    tasks = [(rows[i:i + _CHUNK], smiles[i:i + _CHUNK], path.name, descriptor_dim)
-             for i in range(0, len(rows), _CHUNK)] or [([], [], path.name, descriptor_dim)]
+    tasks = [(rows[i:i + _CHUNK], smiles[i:i + _CHUNK], path.name, descriptor_dim,
+              max_heavy_atoms) for i in range(0, len(rows), _CHUNK)] \
+        or [([], [], path.name, descriptor_dim, max_heavy_atoms)]
     workers = min(_workers(len(rows)), len(tasks))
     if workers > 1:
         methods = multiprocessing.get_all_start_methods()
@@ -195,8 +218,27 @@ def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_di
     return packed
 
 
+def _checksum(packed: dict) -> str:
+    """SHA-256 of a cache entry's content: every tensor's dtype, shape and bytes, and
+    every list as JSON, key by key."""
+    digest = hashlib.sha256()
+    for key in sorted(packed):
+        value = packed[key]
+        digest.update(key.encode())
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
+            digest.update(value.contiguous().numpy().reshape(-1).view("uint8"))
+        else:
+            digest.update(json.dumps(value).encode())
+    return digest.hexdigest()
+
+
+_ENTRY_KEYS = ("settings", "sha256", "checksum")  # what an entry holds beside its content
+
+
 def _load_cached(file: Path, settings: dict, digest: str) -> dict | None:
-    """The cached entry if it exists and matches the settings and the CSV's bytes."""
+    """The cached entry if it exists, matches the settings and the CSV's bytes, and its
+    content matches its checksum."""
     try:
         packed = torch.load(file, weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
@@ -204,7 +246,13 @@ def _load_cached(file: Path, settings: dict, digest: str) -> dict | None:
     if not isinstance(packed, dict) or packed.get("settings") != settings \
             or packed.get("sha256") != digest:
         return None
-    return packed
+    content = {k: v for k, v in packed.items() if k not in _ENTRY_KEYS}
+    try:
+        if packed.get("checksum") != _checksum(content):
+            return None  # edited or damaged: featurise again
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return content
 
 
 def featurize_csv(
@@ -214,6 +262,8 @@ def featurize_csv(
     descriptor_dim: int = 0,
     *,
     use_cache: bool = True,
+    max_heavy_atoms: int = MAX_HEAVY_ATOMS,
+    encoding: str | None = None,
 ) -> MoleculeSet:
     """Bond-graph molecules of a CSV with targets (and descriptors), cached and parallel.
 
@@ -226,6 +276,8 @@ def featurize_csv(
         target_columns: the name(s) of the numeric target column(s); empty cells are NaN.
         descriptor_dim: F_desc of the RDKit descriptors to attach (0: none).
         use_cache: read and write the feature cache (see the module docstring).
+        max_heavy_atoms: molecules with more heavy atoms are failures (skipped).
+        encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
 
     Returns:
         A ``MoleculeSet``; each ``Data`` has ``x``, ``edge_index``, ``edge_attr``,
@@ -237,17 +289,21 @@ def featurize_csv(
         ValueError: if a column is missing or a target cell is not a number (naming the
             row and column), or RDKit computes a different number of descriptors.
     """
-    path = existing_file(path)
+    path = existing_file(path, "--data")
     targets = as_list(target_columns)
-    settings = _settings(smiles_column, targets, descriptor_dim)
+    settings = _settings(smiles_column, targets, descriptor_dim, max_heavy_atoms, encoding)
     file = _cache_file(path, settings) if use_cache else None
-    digest = _sha256(path) if file is not None else ""
+    digest = file_sha256(path) if file is not None else ""
     packed = _load_cached(file, settings, digest) if file is not None else None
     if packed is None:
-        packed = _featurize(path, smiles_column, targets, descriptor_dim)
+        packed = _featurize(path, smiles_column, targets, descriptor_dim, max_heavy_atoms,
+                            encoding)
         if file is not None:
+            entry = {**packed, "settings": settings, "sha256": digest,
+                     "checksum": _checksum(packed)}
             with atomic_open(file, "wb") as handle:  # readers never see half a file
-                torch.save({**packed, "settings": settings, "sha256": digest}, handle)
-    failures = [InvalidSmilesError(s, reason, row, path.name)
-                for row, s, reason in packed["failures"]]
-    return MoleculeSet(_unpack(packed), failures, targets)
+                torch.save(entry, handle)
+    failures = [(MoleculeSkippedError if skipped else InvalidSmilesError)(
+        s, reason, row, path.name) for row, s, reason, skipped in packed["failures"]]
+    notes = [MoleculeNote(row, s, note) for row, s, note in packed["notes"]]
+    return MoleculeSet(_unpack(packed), failures, targets, notes)

@@ -266,7 +266,8 @@ def _validate(training: _Training, val_data: Sequence[Data], cached: list[Batch]
     val_out = distributed.gather_predictions(rank_outputs, val_data)  # (M_val, T)
     task = model.config.task
     val_loss = masked_loss(val_out, model.scale_targets(training.val_y), task).item()
-    return val_loss, evaluate(training.val_y, model.to_units(val_out), task, names)
+    return val_loss, evaluate(training.val_y, model.to_units(val_out), task, names,
+                              "validation part")
 
 
 def _run_epoch(training: _Training, progress: Progress, val_data: Sequence[Data],

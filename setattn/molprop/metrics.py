@@ -7,6 +7,10 @@ average precision per task (classification: scikit-learn's ``roc_auc_score`` and
 
 RMSE, MAE and R^2 stay three tensor formulas: scikit-learn's would add conversions to
 NumPy and gives R^2 of a constant target as 1 or 0 (or -inf), where this gives NaN.
+
+A metric that a part of the data cannot define (ROC-AUC with a single class, R^2 of
+equal labels, anything without labels) is NaN (``null`` in JSON) with the reason beside
+it under ``<metric>_undefined``, per task and, when no task defines it, for the average.
 """
 
 from __future__ import annotations
@@ -116,47 +120,80 @@ def _nanmean(values: Sequence[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
-def regression_metrics(y: Tensor, p: Tensor, names: Sequence[str]) -> dict:
+def _averages(per_task: dict, keys: Sequence[str]) -> dict:
+    """Each metric averaged over the tasks that define it; where none does, the reasons
+    of the tasks under ``<metric>_undefined``."""
+    result = {}
+    for key in keys:
+        result[key] = _nanmean([m[key] for m in per_task.values()])
+        if math.isnan(result[key]):
+            result[f"{key}_undefined"] = "; ".join(
+                m.get(f"{key}_undefined", f"task {name!r}: undefined")
+                for name, m in per_task.items())
+    return result
+
+
+def _regression_task(yt: Tensor, pt: Tensor, name: str, part: str) -> dict:
+    """RMSE, MAE and R^2 of one target's labelled entries (M_t,), with reasons for the
+    undefined ones."""
+    if yt.numel() == 0:
+        reason = f"target {name!r}: no label in the {part}"
+        return {"rmse": math.nan, "mae": math.nan, "r2": math.nan, "rmse_undefined": reason,
+                "mae_undefined": reason, "r2_undefined": reason}
+    err = pt - yt
+    total = (yt - yt.mean()).square().sum().item()
+    out = {"rmse": err.square().mean().sqrt().item(), "mae": err.abs().mean().item(),
+           "r2": 1.0 - err.square().sum().item() / total if total > 0 else math.nan}
+    if total <= 0:
+        out["r2_undefined"] = (f"target {name!r}: the {yt.numel()} label(s) in the {part} are "
+                               f"all equal ({yt[0].item():g}); R2 needs them to vary")
+    return out
+
+
+def regression_metrics(y: Tensor, p: Tensor, names: Sequence[str],
+                       part: str = "data") -> dict:
     """RMSE, MAE and R^2 per target and averaged over targets, labelled entries only.
 
     Args:
         y: (M, T) targets, NaN where missing.
         p: (M, T) predictions in target units.
         names: the T target names.
+        part: what the rows are ("test part"), for the reasons of undefined metrics.
 
     Returns:
-        ``{"rmse", "mae", "r2"}`` averaged over targets, plus ``"per_task"`` when T > 1.
+        ``{"rmse", "mae", "r2"}`` averaged over targets (with ``<metric>_undefined``
+        reasons where NaN), plus ``"per_task"`` when T > 1.
     """
     per_task = {}
     for t, name in enumerate(names):
         mask = ~torch.isnan(y[:, t])  # (M,)
-        yt, pt = y[mask, t].double(), p[mask, t].double()
-        if yt.numel() == 0:
-            per_task[name] = {"rmse": math.nan, "mae": math.nan, "r2": math.nan}
-            continue
-        err = pt - yt
-        total = (yt - yt.mean()).square().sum().item()
-        per_task[name] = {
-            "rmse": err.square().mean().sqrt().item(),
-            "mae": err.abs().mean().item(),
-            "r2": 1.0 - err.square().sum().item() / total if total > 0 else math.nan,
-        }
-    result = {k: _nanmean([m[k] for m in per_task.values()]) for k in ("rmse", "mae", "r2")}
+        per_task[name] = _regression_task(y[mask, t].double(), p[mask, t].double(), name, part)
+    result = _averages(per_task, ("rmse", "mae", "r2"))
     if len(names) > 1:
         result["per_task"] = per_task
     return result
 
 
-def classification_metrics(y: Tensor, p: Tensor, names: Sequence[str]) -> dict:
+def _one_class(yt: np.ndarray, name: str, part: str) -> str:
+    """Why a task's ROC-AUC is undefined: no label, or a single class."""
+    if yt.size == 0:
+        return f"task {name!r}: no label in the {part}"
+    return f"task {name!r}: only class {int(yt[0])} in the {part} ({yt.size} label(s))"
+
+
+def classification_metrics(y: Tensor, p: Tensor, names: Sequence[str],
+                           part: str = "data") -> dict:
     """ROC-AUC and PR-AUC (average precision) per task and averaged over tasks.
 
-    A task whose labelled entries hold a single class has NaN metrics and is left
-    out of the averages.
+    A task whose labelled entries hold a single class has NaN metrics, with the reason
+    under ``roc_auc_undefined`` and ``pr_auc_undefined``, and is left out of the
+    averages (undefined, with the tasks' reasons, when no task defines them).
 
     Args:
         y: (M, T) labels 0 / 1, NaN where missing.
         p: (M, T) probabilities (or any scores).
         names: the T task names.
+        part: what the rows are ("test part"), for the reasons.
 
     Returns:
         ``{"roc_auc", "pr_auc", "per_task": {name: {"roc_auc", "pr_auc"}}}``.
@@ -165,23 +202,22 @@ def classification_metrics(y: Tensor, p: Tensor, names: Sequence[str]) -> dict:
     for t, name in enumerate(names):
         mask = ~torch.isnan(y[:, t])  # (M,)
         yt, pt = y[mask, t].numpy(), p[mask, t].double().numpy()
-        both = 0 < yt.sum() < yt.size
-        per_task[name] = {
-            "roc_auc": roc_auc(yt, pt) if both else math.nan,
-            "pr_auc": average_precision(yt, pt) if both else math.nan,
-        }
-    return {
-        "roc_auc": _nanmean([m["roc_auc"] for m in per_task.values()]),
-        "pr_auc": _nanmean([m["pr_auc"] for m in per_task.values()]),
-        "per_task": per_task,
-    }
+        if 0 < yt.sum() < yt.size:
+            per_task[name] = {"roc_auc": roc_auc(yt, pt), "pr_auc": average_precision(yt, pt)}
+        else:
+            reason = _one_class(yt, name, part)
+            per_task[name] = {"roc_auc": math.nan, "pr_auc": math.nan,
+                              "roc_auc_undefined": reason, "pr_auc_undefined": reason}
+    return {**_averages(per_task, ("roc_auc", "pr_auc")), "per_task": per_task}
 
 
-def evaluate(y: Tensor, p: Tensor, task: str, names: Sequence[str]) -> dict:
-    """``regression_metrics`` or ``classification_metrics`` by ``task``."""
+def evaluate(y: Tensor, p: Tensor, task: str, names: Sequence[str],
+             part: str = "data") -> dict:
+    """``regression_metrics`` or ``classification_metrics`` by ``task``; ``part``
+    ("test part") words the reasons of undefined metrics."""
     if task == "regression":
-        return regression_metrics(y, p, names)
-    return classification_metrics(y, p, names)
+        return regression_metrics(y, p, names, part)
+    return classification_metrics(y, p, names, part)
 
 
 def monitor_metric(task: str, val_y: Tensor) -> str:

@@ -23,7 +23,7 @@ in ``benchmarks/results/defaults.md``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,8 @@ from torch_geometric.utils import scatter
 
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
 from setattn.molprop.kernel import KernelRidge
-from setattn.molprop.options import option
+from setattn.molprop.limits import MODEL_BOUNDS, check_bounds
+from setattn.molprop.options import config_from_dict, option
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool
 
 KERNEL_BLEND = 0.5
@@ -76,12 +77,11 @@ class MoleculeModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> MoleculeModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
-        return cls(**d)
+    def from_dict(cls, d: dict, source: str = "model config",
+                  prefix: str = "") -> MoleculeModelConfig:
+        """The config of a JSON dict; unknown keys and wrong types are refused naming
+        the key (see ``config_from_dict``), sizes are checked by ``validate``."""
+        return config_from_dict(cls, d, source, prefix)
 
     def validate(self) -> None:
         if self.task not in ("regression", "classification"):
@@ -107,6 +107,12 @@ class MoleculeModelConfig:
             raise ValueError("the kernel ridge needs a regression task and descriptors")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"argument --dropout: must be >= 0 and < 1, got {self.dropout}")
+        for name in ("num_tasks", "descriptor_dim", "atom_dim", "bond_dim"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        # before anything is allocated: a file may claim any size
+        check_bounds(asdict(self), MODEL_BOUNDS, {name: f"argument --{name}" for name in
+                                                  ("hidden", "heads", "layers")})
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:

@@ -20,13 +20,16 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-from setattn.domains.molecules import InvalidSmilesError
+from setattn.datasets.files import check_columns, open_csv
+from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, fragment_note
 from setattn.files import atomic_open
 from setattn.molprop import distributed
 from setattn.molprop.batching import batches
 from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
+from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
+from setattn.molprop.outputs import check_output_file
 
 __all__ = ["CHUNK_ROWS", "ensemble_predict", "kernel_outputs", "outputs", "predict",
            "predict_all", "predict_csv", "predict_smiles"]
@@ -76,45 +79,50 @@ def kernel_outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
     return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks)
 
 
-def _read_chunks(reader: Iterator[list[str]], size: int, source: str
-                 ) -> Iterator[list[list[str]]]:
-    """Successive lists of at most ``size`` CSV records.
-
-    Raises:
-        ValueError: naming ``source`` and the line if the CSV module cannot read it.
-    """
+def _read_chunks(records: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
+    """Successive lists of at most ``size`` CSV records (``open_csv``'s, which raise a
+    ``ValueError`` naming the file and line of an unreadable one)."""
     chunk: list[list[str]] = []
-    try:
-        for record in reader:
-            chunk.append(record)
-            if len(chunk) == size:
-                yield chunk
-                chunk = []
-    except csv.Error as err:
-        raise ValueError(f"{source}: line {reader.line_num}: unreadable CSV ({err})") from None
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
     if chunk:
         yield chunk
 
 
+def _message(err: InvalidSmilesError) -> str:
+    """The ``error`` cell of a row left without predictions."""
+    if isinstance(err, MoleculeSkippedError):
+        return f"skipped: {err.reason}"
+    return f"invalid SMILES: {err.reason}"
+
+
 @torch.no_grad()
 def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first_row: int,
-                   source: str) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+                   source: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """Predictions for one chunk of SMILES.
 
     Returns:
         mean (M, T) and std (M, T) over the models (NaN rows where the SMILES failed),
-        and one error message per SMILES ("" when it parsed).
+        and one message per SMILES: "" when it was predicted as written, "note: ..."
+        when predicted with a remark (several fragments: the largest one), else why it
+        was not ("invalid SMILES: ..." or "skipped: ...").
     """
     descriptor_dim = models[0].config.descriptor_dim
     num_tasks = models[0].config.num_tasks
     data, ok, errors = [], [], []
     for offset, text in enumerate(smiles):
         try:
-            data.append(featurize(text, descriptor_dim, row=first_row + offset, source=source))
+            data.append(featurize(text, descriptor_dim, row=first_row + offset, source=source,
+                                  max_heavy_atoms=max_heavy_atoms))
             ok.append(offset)
-            errors.append("")
+            note = fragment_note(text)
+            errors.append(f"note: {note}" if note else "")
         except InvalidSmilesError as err:
-            errors.append(f"invalid SMILES: {err.reason}")
+            errors.append(_message(err))
     mean = torch.full((len(smiles), num_tasks), float("nan"))  # (M, T)
     std = torch.full((len(smiles), num_tasks), float("nan"))  # (M, T)
     if data:
@@ -141,21 +149,23 @@ def predict_smiles(models: Sequence[MoleculeModel], smiles: Sequence[str]
 _WORKER: dict = {}
 
 
-def _init_worker(models: Sequence[MoleculeModel], source: str,
+def _init_worker(models: Sequence[MoleculeModel], source: str, max_heavy_atoms: int,
                  worker_init: Callable[[], None] | None) -> None:
     if worker_init is not None:
         worker_init()
-    _WORKER.update(models=models, source=source)
+    _WORKER.update(models=models, source=source, max_heavy_atoms=max_heavy_atoms)
 
 
 def _worker_chunk(task: tuple[int, list[str]]) -> tuple:
     first_row, smiles = task
-    mean, std, errors = _predict_chunk(_WORKER["models"], smiles, first_row, _WORKER["source"])
+    mean, std, errors = _predict_chunk(_WORKER["models"], smiles, first_row, _WORKER["source"],
+                                       _WORKER["max_heavy_atoms"])
     return mean.numpy(), std.numpy(), errors  # arrays travel back as plain bytes
 
 
 def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, list[str]]],
-                    source: str, workers: int, worker_init: Callable[[], None] | None
+                    source: str, workers: int, worker_init: Callable[[], None] | None,
+                    max_heavy_atoms: int = MAX_HEAVY_ATOMS
                     ) -> Iterator[tuple[list[str], tuple]]:
     """(SMILES, ``_predict_chunk`` result) for each (first row, SMILES) task, in order.
 
@@ -166,7 +176,7 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     """
     if workers <= 1:
         for first_row, smiles in tasks:
-            yield smiles, _predict_chunk(models, smiles, first_row, source)
+            yield smiles, _predict_chunk(models, smiles, first_row, source, max_heavy_atoms)
         return
     # Forked workers share this process's memory until they write to it; freezing the
     # objects alive now keeps the workers' garbage collector from touching (and so
@@ -174,7 +184,7 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     gc.freeze()
     try:
         with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), _init_worker,
-                                 (models, source, worker_init)) as pool:
+                                 (models, source, max_heavy_atoms, worker_init)) as pool:
             pending: deque = deque()
             for task in tasks:
                 pending.append((task[1], pool.submit(_worker_chunk, task)))
@@ -199,60 +209,68 @@ def _cell(value: float) -> str:
 
 def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: str | Path,
                 output: str | Path, smiles_column: str, chunk_rows: int = CHUNK_ROWS,
-                workers: int = 1, worker_init: Callable[[], None] | None = None) -> dict:
+                workers: int = 1, worker_init: Callable[[], None] | None = None, *,
+                encoding: str | None = None, max_heavy_atoms: int = MAX_HEAVY_ATOMS) -> dict:
     """Stream ``data`` through the models into ``output``, ``chunk_rows`` rows at a time.
 
     The output has the columns ``smiles_column``, one per target, ``<target>_std``
     per target when there are several models, and ``error``; one row per input row,
-    in order. It is written to a temporary file that replaces ``output`` at the end.
-    Memory holds a few chunks at a time, whatever the size of ``data``.
+    in order. ``error`` is empty for a molecule predicted as written, starts with
+    "note: " for one predicted with a remark (a salt or mixture: its largest fragment),
+    and otherwise says why the row has no predictions (an invalid SMILES, or a molecule
+    above ``max_heavy_atoms`` or the time budget). It is written to a temporary file
+    that replaces ``output`` at the end. Memory holds a few chunks at a time, whatever
+    the size of ``data``, which is read as ``open_csv`` reads (gzip, BOM, comma,
+    semicolon or tab, ``encoding``).
 
     Args:
         workers: processes featurising and predicting chunks in parallel (1: this one);
             the output is the same for any number.
         worker_init: called first in each worker process (the command line limits each
             worker to one torch thread there).
+        encoding: the text encoding of ``data`` (None: UTF-8, or UTF-16 with its BOM).
+        max_heavy_atoms: larger molecules get no prediction.
 
     Returns:
-        ``{"rows": ..., "errors": ...}`` counts.
+        ``{"rows": ..., "errors": ..., "notes": ...}`` counts.
 
     Raises:
         FileNotFoundError: naming ``--data``.
-        ValueError: if the SMILES column is missing (listing the columns present), or
-            a line of ``data`` is not readable CSV (naming it).
+        ValueError: if the SMILES column is missing (listing the columns present) or
+            appears twice, or a line of ``data`` is not readable (naming it).
     """
-    data, output = Path(data), Path(output)
-    if not data.is_file():
-        raise FileNotFoundError(f"argument --data: no such file {str(data)!r}")
+    check_output_file(output, {"--data": data})  # never write over the input
     header_out = [smiles_column, *targets]
     if len(models) > 1:
         header_out += [f"{t}_std" for t in targets]
     header_out.append("error")
-    rows = errors = 0
-    with open(data, encoding="utf-8", newline="") as src, \
-            atomic_open(output, "w", encoding="utf-8", newline="") as dst:
-        reader = csv.reader(src)
-        try:
-            header = next(reader, [])
-        except csv.Error as err:
-            raise ValueError(f"{data.name}: line 1: unreadable CSV header ({err})") from None
-        if smiles_column not in header:
-            raise ValueError(f"{data.name}: missing column {smiles_column!r}; columns "
-                             f"present: {header}")
-        col = header.index(smiles_column)
-        writer = csv.writer(dst)
-        writer.writerow(header_out)
-        tasks = _chunk_tasks(_read_chunks(reader, chunk_rows, data.name), col)
-        stream = _predict_stream(models, tasks, data.name, workers, worker_init)
-        for smiles, (mean, std, messages) in stream:
-            for m, text in enumerate(smiles):
-                cells = [text, *(_cell(v) for v in mean[m].tolist())]
-                if len(models) > 1:
-                    cells += [_cell(v) for v in std[m].tolist()]
-                writer.writerow([*cells, messages[m]])
-            rows += len(smiles)
-            errors += sum(1 for message in messages if message)
-    return {"rows": rows, "errors": errors}
+    counts = {"rows": 0, "errors": 0, "notes": 0}
+    with open_csv(data, encoding) as table:
+        (col,) = check_columns(table.header, [smiles_column], table.path)
+        source = table.path.name
+        with atomic_open(output, "w", encoding="utf-8", newline="") as dst:
+            writer = csv.writer(dst)
+            writer.writerow(header_out)
+            tasks = _chunk_tasks(_read_chunks(table.records, chunk_rows), col)
+            stream = _predict_stream(models, tasks, source, workers, worker_init,
+                                     max_heavy_atoms)
+            for smiles, (mean, std, messages) in stream:
+                _write_rows(writer, smiles, mean, std, messages, len(models) > 1)
+                counts["rows"] += len(smiles)
+                counts["notes"] += sum(1 for m in messages if m.startswith("note: "))
+                counts["errors"] += sum(1 for m in messages if m and not m.startswith("note: "))
+    return counts
+
+
+def _write_rows(writer, smiles: list[str], mean: torch.Tensor, std: torch.Tensor,
+                messages: list[str], spread: bool) -> None:
+    """One output row per SMILES: it, the (T,) means, the (T,) stds if ``spread``, the
+    message."""
+    for m, text in enumerate(smiles):
+        cells = [text, *(_cell(v) for v in mean[m].tolist())]
+        if spread:
+            cells += [_cell(v) for v in std[m].tolist()]
+        writer.writerow([*cells, messages[m]])
 
 
 def _chunk_tasks(chunks: Iterable[list[list[str]]], col: int) -> Iterator[tuple[int, list[str]]]:

@@ -1,17 +1,23 @@
 """A whole molecule run: read the CSV, split it, train an ensemble, write the results.
 
+::
+
     run_training(run, output_dir)        # what ``setattn train`` does
       -> fit(model, train, val, ...)     # one model (``setattn.molprop.loop``)
 
-What a run directory holds:
+What a run directory holds::
 
     config.json        the run (data, columns, split, training and model settings)
-    split.json         the file rows of the train / val / test parts
+    split.json         the file rows of the train / val / test parts, and the CSV's
+                       fingerprint (``setattn.molprop.provenance``) --resume checks
+    .setattn.lock      while the run is going (``setattn.molprop.outputs.RunLock``)
     model_<k>/best.pt  the best-validation weights of ensemble member k (for predict)
     model_<k>/last.pt  the full training state for resume (``setattn.molprop.loop``)
     log.csv            model, epoch, train_loss, val_loss, val_<metric>, lr, seconds
     curve.png          training loss and validation metric per epoch
-    metrics.json       test and validation metrics, split sizes, skipped rows, times
+    metrics.json       test and validation metrics (undefined ones with their reason),
+                       split sizes, skipped rows, notes (salts: the largest fragment kept),
+                       times
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
-from setattn.datasets.files import read_column
-from setattn.domains.molecules import InvalidSmilesError
+from setattn.datasets.files import quotable, read_column
+from setattn.datasets.molecules import MoleculeNote
+from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, short_smiles
 from setattn.files import atomic_open, write_json
-from setattn.molprop import distributed, splits
+from setattn.molprop import distributed, limits, provenance, splits
 from setattn.molprop.batching import batches, stacked_targets
 from setattn.molprop.config import KERNEL_MAX_TRAIN, RunConfig, TrainConfig
 from setattn.molprop.featurize import featurize_csv
@@ -39,6 +46,7 @@ from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
+from setattn.molprop.outputs import RunLock
 from setattn.molprop.predict import ensemble_predict, kernel_outputs, outputs, predict_all
 from setattn.viz import plot_training_curve
 
@@ -67,7 +75,7 @@ def _check_labels(data: Sequence[Data], run: RunConfig) -> None:
 def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
     n = len(data)
     if run.split == "column":
-        labels = read_column(Path(run.data), run.split_column)
+        labels = read_column(Path(run.data), run.split_column, run.encoding)
         return splits.column([labels[d.row] for d in data], [d.row for d in data],
                              f"{Path(run.data).name}: column {run.split_column!r}")
     if run.split == "random":
@@ -117,37 +125,64 @@ def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
 
 
 def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], task: str,
-                       names: Sequence[str]) -> dict:
+                       names: Sequence[str], part: str) -> dict:
     """Metrics of the attention network (the ensemble's mean) alone and of the kernel
     ridge alone on ``data``."""
     y = stacked_targets(data, len(names))  # (M, T)
     batched = batches(data)
     net = torch.stack([outputs(m, batched) for m in models]).mean(0)  # (M, T)
     kernel_out = kernel_outputs(models[0], batched)  # (M, T)
-    return {"attention": evaluate(y, models[0].to_units(net), task, names),
-            "kernel_ridge": evaluate(y, models[0].to_units(kernel_out), task, names)}
+    return {"attention": evaluate(y, models[0].to_units(net), task, names, part),
+            "kernel_ridge": evaluate(y, models[0].to_units(kernel_out), task, names, part)}
 
 
 def _skipped(failures: Sequence[InvalidSmilesError]) -> list[dict]:
     return [{"row": f.row, "smiles": f.smiles, "reason": f.reason} for f in failures]
 
 
+def _listing(rows: Sequence[tuple[int, str, str]], quote: bool) -> str:
+    """One line per (row, SMILES, reason), at most 50 of them."""
+    lines = [f"  row {row}: {short_smiles(smiles) if quote else '(not shown)'}: {why}"
+             for row, smiles, why in rows]
+    shown = lines if len(lines) <= 50 else [*lines[:50], f"  ... and {len(lines) - 50} more"]
+    return "\n".join(shown)
+
+
+def _kinds(failures: Sequence[InvalidSmilesError]) -> str:
+    """"3 invalid or empty SMILES and 1 molecule(s) above the size or time limit"."""
+    skipped = sum(isinstance(f, MoleculeSkippedError) for f in failures)
+    kinds = [f"{len(failures) - skipped} invalid or empty SMILES" if skipped < len(failures)
+             else "", f"{skipped} molecule(s) above the size or time limit" if skipped else ""]
+    return " and ".join(k for k in kinds if k)
+
+
 def report_failures(failures: Sequence[InvalidSmilesError], source: str, strict: bool,
-                    log: Log = print) -> None:
-    """List invalid or empty SMILES with their rows; with ``strict`` raise instead.
+                    log: Log = print, notes: Sequence[MoleculeNote] = (),
+                    quote: bool = True) -> None:
+    """List the rows left out (invalid or empty SMILES, molecules above the size or time
+    limit) and the rows of several fragments (the largest kept); with ``strict`` raise.
+
+    Args:
+        quote: show the SMILES (False for a file that is not named like a CSV).
 
     Raises:
-        ValueError: with ``strict`` and at least one failure, listing them.
+        ValueError: with ``strict`` and at least one failure or note, listing them.
     """
-    if not failures:
-        return
-    lines = [f"  row {f.row}: {f.smiles!r}: {f.reason}" for f in failures]
-    shown = lines if len(lines) <= 50 else [*lines[:50], f"  ... and {len(lines) - 50} more"]
-    if strict:
-        raise ValueError(f"{source}: {len(failures)} invalid or empty SMILES (--strict):\n"
-                         + "\n".join(shown))
-    log(f"{source}: skipping {len(failures)} row(s) with invalid or empty SMILES "
-        f"(rows counted from 0, header excluded):\n" + "\n".join(shown))
+    if strict and (failures or notes):
+        found = [_kinds(failures)] if failures else []
+        found += [f"{len(notes)} SMILES of several fragments"] if notes else []
+        raise ValueError(f"{source}: {' and '.join(found)} (--strict):\n" + _listing(
+            [(f.row, f.smiles, f.reason) for f in failures] + list(notes), quote))
+    if failures:
+        plain = not any(isinstance(f, MoleculeSkippedError) for f in failures)
+        kinds = "invalid or empty SMILES" if plain else _kinds(failures)
+        log(f"{source}: skipping {len(failures)} row(s) with {kinds} (rows counted from 0, "
+            f"header excluded):\n"
+            + _listing([(f.row, f.smiles, f.reason) for f in failures], quote))
+    if notes:
+        log(f"{source}: {len(notes)} row(s) of several fragments (a salt or a mixture): the "
+            f"largest fragment of each is the molecule (--strict refuses them):\n"
+            + _listing(notes, quote))
 
 
 @dataclass
@@ -159,6 +194,8 @@ class _Parts:
     train: list[Data]
     val: list[Data]
     test: list[Data]
+    notes: list[MoleculeNote]
+    fingerprint: dict
 
     def rows(self) -> dict[str, list[int]]:
         """``split.json``: the file rows of each part."""
@@ -176,8 +213,10 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
     source = Path(run.data).name
     # cached per CSV content and settings, featurised by a process pool for large sets
     molecules = featurize_csv(run.data, run.smiles_column, run.target_columns,
-                              run.model.descriptor_dim)
-    report_failures(molecules.failures, source, run.strict, log)
+                              run.model.descriptor_dim, max_heavy_atoms=run.max_heavy_atoms,
+                              encoding=run.encoding)
+    report_failures(molecules.failures, source, run.strict, log, molecules.notes,
+                    quotable(Path(run.data)))
     data = molecules.data
     if not data:
         raise ValueError(f"{source}: no valid molecule to train on")
@@ -194,18 +233,47 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
                              f"molecules is empty; use more data or other fractions")
     if torch.isnan(stacked_targets(parts[1])).all():
         raise ValueError(f"{source}: the validation part has no labels at all")
-    return _Parts(data, list(molecules.failures), *parts)
+    return _Parts(data, list(molecules.failures), *parts, list(molecules.notes),
+                  provenance.data_fingerprint(run.data, molecules))
 
 
-def _write_split(parts: _Parts, run: RunConfig, out: Path, resume: bool) -> None:
-    """``config.json`` and ``split.json``; on resume the split must be the run's own."""
+def _write_split(parts: _Parts, run: RunConfig, out: Path, resume: bool, log: Log) -> None:
+    """``config.json`` and ``split.json``; on resume the data and the split must be the
+    run's own."""
     split_path = out / "split.json"
     if resume and split_path.is_file():
-        if json.loads(split_path.read_text()) != parts.rows():
+        try:
+            stored = json.loads(split_path.read_text())
+            rows = {name: stored[name] for name in ("train", "val", "test")}
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{split_path}: not a setattn split file") from None
+        note = provenance.check_same_data(stored.get("data"), parts.fingerprint, out)
+        if note:
+            log(note)
+        if rows != parts.rows():
             raise ValueError(f"{split_path}: {Path(run.data).name} or the split settings "
                              f"changed since the run started; resume needs the same data")
     write_json(run.to_dict(), out / "config.json")
-    write_json(parts.rows(), split_path)
+    write_json({**parts.rows(), "data": parts.fingerprint}, split_path)
+
+
+def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
+    """Refuse a run the machine has not the memory for (``limits.check_memory``); with
+    ``parts``, for the largest training batch of its actual molecules."""
+    m, t = run.model, run.train
+    batch = t.batch_size or 64
+    sizes = (m.hidden, m.heads, m.layers + 1, batch, run.ensemble_size)
+    if not all(isinstance(v, int) and v >= 1 for v in sizes):
+        return  # out of range: ``validate`` names the flag
+    atoms = None
+    if parts is not None:
+        sizes = sorted((d.num_nodes for d in parts.train), reverse=True)
+        atoms = sum(sizes[:batch])
+    estimate = limits.training_memory(
+        m.hidden, m.heads, m.layers, batch, run.ensemble_size, atoms_per_batch=atoms,
+        num_tasks=len(run.target_columns), descriptor_dim=m.descriptor_dim,
+        layer_norm=m.norm == "layer")
+    limits.check_memory(estimate, batch, run.ensemble_size)
 
 
 def _model_config(run: RunConfig, n_train: int) -> MoleculeModelConfig:
@@ -247,7 +315,8 @@ def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelCon
         on_epoch = _epoch_callback(out / "log.csv" if main else None, done, callback)
         result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
                      names=run.target_columns,
-                     meta={"smiles_column": run.smiles_column, "member": k},
+                     meta={"smiles_column": run.smiles_column, "member": k,
+                           "max_heavy_atoms": run.max_heavy_atoms},
                      resume=resume, member=k, callback=on_epoch, log=log,
                      checkpoint_seconds=checkpoint_seconds)
         results.append(result)
@@ -267,22 +336,26 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
     metrics = {
         "task": task,
         "targets": list(names),
-        "test": evaluate(test_y, ensemble_predict(models, parts.test), task, names),
+        "test": evaluate(test_y, ensemble_predict(models, parts.test), task, names,
+                         "test part"),
         "val": evaluate(stacked_targets(parts.val), ensemble_predict(models, parts.val), task,
-                        names),
+                        names, "validation part"),
         "models": [{"best_epoch": r.best_epoch, "epochs_run": len(r.rows),
-                    "test": evaluate(test_y, predict_all(r.model, parts.test), task, names)}
+                    "test": evaluate(test_y, predict_all(r.model, parts.test), task, names,
+                                     "test part")}
                    for r in results],
         "split": {"type": run.split, "seed": run.seed, "sizes": list(run.split_sizes),
                   "train": len(parts.train), "val": len(parts.val), "test": len(parts.test)},
         "molecules": len(parts.data),
         "skipped_rows": _skipped(parts.failures),
+        "notes": [n._asdict() for n in parts.notes],
     }
     if kernel_info is not None:
         metrics["components"] = {
             "blend": float(models[0].blend), "kernel": kernel_info,
-            **{name: _component_metrics(models, part, task, names)
-               for name, part in (("val", parts.val), ("test", parts.test))}}
+            **{name: _component_metrics(models, part, task, names, f"{words} part")
+               for name, part, words in (("val", parts.val, "validation"),
+                                         ("test", parts.test, "test"))}}
     # every fit (epochs, checkpoints and all), plus the kernel ridge's fit
     metrics["train_seconds"] = (sum(r.seconds for r in results)
                                 + (kernel_info["seconds"] if kernel_info else 0.0))
@@ -325,11 +398,52 @@ def run_training(
     out = Path(output_dir)
     main = distributed.world().is_main  # under torchrun only rank 0 writes files and prints
     log = log if main else _quiet
+    _check_memory(run)  # the model's size alone, before anything is read or allocated
     run.validate()
-    parts = _read_parts(run, log)
-    out.mkdir(parents=True, exist_ok=True)
+    lock = _claim(out, main, resume)
+    try:
+        parts = _read_parts(run, log)
+        _check_memory(run, parts)  # with the largest batch of the actual molecules
+        if main:
+            _write_split(parts, run, out, resume, log)
+        metrics = _train(run, parts, out, resume=resume, callback=callback, log=log,
+                         checkpoint_seconds=checkpoint_seconds)
+        metrics["wall_time_s"] = time.perf_counter() - start
+        if main:
+            write_json(metrics, out / "metrics.json")
+    finally:
+        lock.release()
+    return metrics
+
+
+def _claim(out: Path, main: bool, resume: bool) -> RunLock:
+    """Rank 0 claims ``out`` (``RunLock``); a refusal reaches every rank.
+
+    Raises:
+        ValueError: naming ``--output-dir`` if another run holds it, a dead one left its
+            lock, or (without ``resume``) it already holds a run.
+    """
+    lock, error = RunLock(out), None
     if main:
-        _write_split(parts, run, out, resume)
+        try:
+            lock.acquire()
+            if not resume and (out / "config.json").is_file():
+                raise ValueError(f"argument --output-dir: {out} already holds a run; pass "
+                                 f"--resume to continue it, or choose another directory")
+        except ValueError as err:
+            lock.release()
+            error = str(err)
+    error = distributed.broadcast(error)
+    if error:
+        raise ValueError(error)
+    return lock
+
+
+def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
+           callback: Callable[[list[dict]], None] | None, log: Log,
+           checkpoint_seconds: float) -> dict:
+    """The kernel ridge and the ensemble on ``parts``, the curve; the metrics."""
+    main = distributed.world().is_main
     log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
     model_config = _model_config(run, len(parts.train))
@@ -344,8 +458,4 @@ def run_training(
     if main:
         rows = [row for r in results for row in r.rows]
         plot_training_curve(rows, out / "curve.png", metric=f"val_{results[0].monitor}")
-    metrics = _metrics(run, parts, results, kernel_info)
-    metrics["wall_time_s"] = time.perf_counter() - start
-    if main:
-        write_json(metrics, out / "metrics.json")
-    return metrics
+    return _metrics(run, parts, results, kernel_info)

@@ -39,7 +39,7 @@ def test_rows_stay_aligned_with_errors(ensemble, tmp_path, capsys):
     status, stdout, _ = run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
                              "--output", output, "--num-threads", "1"], capsys)
     assert status == 0
-    assert "wrote 41 rows" in stdout and "5 invalid SMILES" in stdout
+    assert "wrote 41 rows" in stdout and "5 invalid or skipped SMILES" in stdout
     preds = read_csv(output)
     source = read_csv(BAD_SMILES_CSV)
     assert list(preds[0]) == ["smiles", "logS", "logS_std", "error"]
@@ -74,7 +74,7 @@ def test_chunks_give_the_same_file(ensemble, tmp_path):
     predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, whole, "smiles")
     counts = predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, chunked,
                              "smiles", chunk_rows=4)
-    assert counts == {"rows": 41, "errors": 5}
+    assert counts == {"rows": 41, "errors": 5, "notes": 0}
     a, b = read_csv(whole), read_csv(chunked)
     assert whole.read_text().splitlines()[0] == chunked.read_text().splitlines()[0]
     assert len(a) == len(b) == 41  # same rows, and in the same order:
@@ -93,7 +93,7 @@ def test_workers_give_the_same_file(ensemble, tmp_path, capsys):
     predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, one, "smiles", chunk_rows=4)
     counts = predict_csv(models, meta["target_columns"], BAD_SMILES_CSV, three, "smiles",
                              chunk_rows=4, workers=3)
-    assert counts == {"rows": 41, "errors": 5}
+    assert counts == {"rows": 41, "errors": 5, "notes": 0}
     assert three.read_bytes() == one.read_bytes()
     status, out, _ = run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
                           "--output", tmp_path / "cli.csv", "--workers", "2"], capsys)
@@ -135,7 +135,7 @@ def test_missing_smiles_column_lists_columns_and_keeps_old_output(ensemble, tmp_
     status, _, err = run(["predict", "--model", ensemble, "--data", data, "--output", output],
                          capsys)
     assert status == 2
-    assert "in.csv: missing column 'smiles'; columns present: ['id', 'SMILES']" in err
+    assert "in.csv: missing column(s) ['smiles']; columns present: ['id', 'SMILES']" in err
     assert output.read_text() == "precious\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "preds.csv"]
 

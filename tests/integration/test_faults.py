@@ -19,6 +19,7 @@ import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
 from setattn.molprop import checkpoint, config
+from setattn.molprop.outputs import LOCK_NAME
 
 pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
@@ -57,8 +58,16 @@ def test_sigkill_mid_epoch_resumes_losing_at_most_one_epoch(tmp_path, capsys):
     reported = printed.count("model 0 epoch ")
     assert reported <= saved == 1  # (the kill may come between checkpoint and line)
 
+    # the killed run could not remove its lock: reported as stale, with how to clear it
+    lock = killed / LOCK_NAME
+    status, _, err = run(["train", "--output-dir", killed, "--resume"], capsys)
+    assert status == 2 and "has a stale lock" in err and f"pid {proc.pid}" in err
+    assert f"delete {lock}" in err
+    lock.unlink()
+
     status, out, _ = run(["train", "--output-dir", killed, "--resume"], capsys)
     assert status == 0
+    assert not lock.exists()
     assert f"model 0: resuming after epoch {saved} from" in out
     assert "model 0 epoch   2/2" in out  # the resumed run starts right after
     assert "model 0 epoch   1/2" not in out  # and repeats no finished epoch

@@ -405,7 +405,7 @@ def test_early_stopping_keeps_the_best_epoch(tmp_path, capsys, monkeypatch):
     1 + patience epochs, and the kept weights are epoch 1's."""
     calls = []
 
-    def fake_evaluate(y, p, task, names):
+    def fake_evaluate(y, p, task, names, part="data"):
         calls.append(None)
         return {"rmse": float(len(calls)), "mae": 0.0, "r2": 0.0}  # 1, 2, 3, ...
 

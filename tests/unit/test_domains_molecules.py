@@ -55,7 +55,7 @@ def test_ethanol_atoms_and_bonds():
         "formal_charge=0",
         "hybridisation=SP3",
         "num_hs=1",
-        "chirality=CHI_UNSPECIFIED",
+        "chirality=none",
     }
     assert hot_atom(data, 1) >= {"element=C", "degree=2", "num_hs=2"}
     # bond k -> edges 2k (begin -> end) and 2k + 1 (end -> begin)
@@ -90,10 +90,15 @@ def test_unknown_element_goes_to_other():
 
 
 def test_chirality_and_double_bond_stereo():
-    r = mol_to_data("C[C@@H](N)O")
-    s = mol_to_data("C[C@H](N)O")
-    assert {"chirality=CHI_TETRAHEDRAL_CW"} <= hot_atom(r, 1)
-    assert {"chirality=CHI_TETRAHEDRAL_CCW"} <= hot_atom(s, 1)
+    # the CIP label, whatever the order the neighbours are written in: L-alanine is S
+    for smiles in ("C[C@H](N)C(=O)O", "N[C@@H](C)C(=O)O", "OC(=O)[C@@H](N)C"):
+        data = mol_to_data(smiles)
+        chiral = [i for i in range(data.num_nodes) if "chirality=none" not in hot_atom(data, i)]
+        assert len(chiral) == 1 and "chirality=S" in hot_atom(data, chiral[0]), smiles
+    assert "chirality=R" in hot_atom(mol_to_data("C[C@@H](N)C(=O)O"), 1)  # D-alanine
+    # a specified centre without an R/S label (ring cis/trans) is "other"
+    ring = mol_to_data("C[C@H]1CC[C@@H](C)CC1")
+    assert "chirality=other" in hot_atom(ring, 1) and "chirality=other" in hot_atom(ring, 4)
     trans = mol_to_data("C/C=C/C")
     cis = mol_to_data("C/C=C\\C")
     assert "stereo=STEREOE" in hot_bond(trans, 2)  # bond 1 is the double bond
@@ -204,3 +209,28 @@ def test_docstring_examples():
 
     result = doctest.testmod(molecules, verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_size_limit_and_time_budget_skip_a_molecule_with_the_reason():
+    from setattn.domains.molecules import MoleculeSkippedError
+
+    chain = "C" * 301
+    with pytest.raises(MoleculeSkippedError, match="301 heavy atoms, above the limit of 300") \
+            as err:
+        mol_to_data(chain, max_heavy_atoms=300, row=4, source="x.csv")
+    assert err.value.row == 4 and err.value.smiles == chain
+    assert "(301 characters)" in str(err.value)  # a long SMILES is shortened in messages
+    # the largest fragment is what counts: a big counter-ion mixture of small parts is fine
+    assert mol_to_data(".".join(["CCO"] * 200), max_heavy_atoms=300).num_nodes == 3
+    # a budget of 0 s stops the descriptors after the first one
+    with pytest.raises(MoleculeSkippedError, match="took over 0 s, the time budget"):
+        mol_to_data("CCO", descriptors=True, time_budget=0.0)
+    assert mol_to_data("CCO", descriptors=True, time_budget=60.0).descriptors.shape[0] == 1
+
+
+def test_fragment_note_names_what_was_dropped():
+    from setattn.domains.molecules import fragment_note
+
+    assert fragment_note("CCO") == "" and fragment_note("C1.C1") == ""  # one molecule
+    assert fragment_note("CC(=O)[O-].[Na+]") == \
+        "2 fragments: the largest (4 atoms) is featurised, dropped '[Na+]'"

@@ -15,7 +15,7 @@ from setattn.datasets import load_molecule_csv
 from setattn.domains.descriptors import descriptor_count
 from setattn.domains.molecules import rdkit_descriptors
 from setattn.molprop.batching import PackedMolecules, collate_molecules
-from setattn.molprop.featurize import cache_dir, featurize_csv
+from setattn.molprop.featurize import _ENTRY_KEYS, _checksum, cache_dir, featurize_csv
 
 ROWS = ["CCO,1.5,0", "C1CC,2,1", ",,1", "c1ccccc1,,0", "CC(=O)[O-].[Na+],0.25,1",
         "C,3,0", "N#Cc1ccc(cc1)/C=C/Cl,-1,", "C[C@H](N)C(=O)O,0.5,1"]
@@ -61,16 +61,37 @@ def test_featurize_csv_equals_plain_path_and_cache(tmp_path, monkeypatch, descri
     assert math.isnan(again.data[1].y[0, 0].item())  # benzene's missing logp
 
 
+def _edit_entry(entry, checksum: bool) -> None:
+    """Add 1 to every atom feature of a cache entry, with a matching checksum or not."""
+    packed = torch.load(entry, weights_only=True)  # plain tensors, lists and strings
+    packed["x"] = packed["x"] + 1.0  # a marker only a read of the cache can return
+    if checksum:
+        content = {k: v for k, v in packed.items() if k not in _ENTRY_KEYS}
+        packed["checksum"] = _checksum(content)
+    torch.save(packed, entry)
+
+
 def test_cache_is_read_back_not_recomputed(tmp_path, monkeypatch):
     monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path / "cache"))
     path = _write(tmp_path / "mols.csv")
     featurize_csv(path, "smiles", "logp")
     (entry,) = cache_dir().glob("*.pt")
-    packed = torch.load(entry, weights_only=True)  # plain tensors, lists and strings
-    packed["x"] = packed["x"] + 1.0  # a marker only a read of the cache can return
-    torch.save(packed, entry)
+    _edit_entry(entry, checksum=True)
     assert torch.equal(featurize_csv(path, "smiles", "logp").data[0].x,
                        load_molecule_csv(path, "smiles", "logp").data[0].x + 1.0)
+
+
+def test_cache_entry_edited_in_place_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path / "cache"))
+    path = _write(tmp_path / "mols.csv")
+    featurize_csv(path, "smiles", "logp")
+    (entry,) = cache_dir().glob("*.pt")
+    _edit_entry(entry, checksum=False)  # the stored checksum no longer matches
+    _same(featurize_csv(path, "smiles", "logp").data,
+          load_molecule_csv(path, "smiles", "logp").data)  # featurised again
+    packed = torch.load(entry, weights_only=True)  # and the entry rewritten
+    assert packed["checksum"] == _checksum({k: v for k, v in packed.items()
+                                            if k not in _ENTRY_KEYS})
 
 
 def test_cache_invalidated_by_content_and_settings(tmp_path, monkeypatch):

@@ -1,0 +1,174 @@
+"""Bounds on what a molecule run may ask for: molecule sizes, featurisation time, model
+sizes, and the memory a training run needs against the memory the machine has.
+
+- ``MAX_HEAVY_ATOMS`` and ``FEATURIZE_SECONDS``: molecules above the size limit, or
+  whose featurisation runs past the time budget, are skipped and reported like invalid
+  SMILES (RDKit's ``AvgIpc`` descriptor alone takes about 6 s on a 300-atom chain and
+  grows as N^4, so without a size limit one long chain holds up a whole data set).
+- ``MODEL_BOUNDS``: the largest model sizes accepted from flags, ``config.json`` files
+  and checkpoints, checked before anything is allocated (a checkpoint claiming a width
+  of 12,000 is refused by its config, not after gigabytes of allocation).
+- ``training_memory`` / ``check_memory``: a simple estimate of the memory a training run
+  needs (parameters, gradients and AdamW state of the model in training, the weights of
+  the ensemble members kept, and a batch's activations) compared with the memory the
+  machine has available (``/proc/meminfo``'s MemAvailable, or ``os.sysconf``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["FEATURIZE_SECONDS", "MAX_HEAVY_ATOMS", "MODEL_BOUNDS", "RUN_BOUNDS",
+           "TYPICAL_ATOMS", "MemoryEstimate", "available_memory", "check_bounds",
+           "check_memory", "parameter_count", "training_memory"]
+
+MAX_HEAVY_ATOMS = 300
+"""Default ``--max-heavy-atoms``: molecules with more heavy atoms are skipped."""
+
+FEATURIZE_SECONDS = 30.0
+"""Time budget per molecule for its featurisation (checked between descriptors): a
+300-atom chain, the slowest molecule the default size limit lets through, takes about
+7 s on one core."""
+
+MODEL_BOUNDS = {"hidden": 8192, "heads": 1024, "layers": 64, "num_tasks": 100_000,
+                "descriptor_dim": 100_000, "atom_dim": 4096, "bond_dim": 1024,
+                "kernel_size": 100_000}
+"""The largest value of each size of a ``MoleculeModelConfig``."""
+
+RUN_BOUNDS = {"ensemble_size": 1000, "batch_size": 10_000_000, "epochs": 1_000_000,
+              "max_heavy_atoms": 100_000}
+"""The largest value of each size of a run (``RunConfig`` or ``TrainConfig``)."""
+
+TYPICAL_ATOMS = 30
+"""Heavy atoms per molecule the memory estimate assumes before the data is read."""
+
+_ACTIVATIONS_PER_LAYER = 18  # (N, D) floats one attention layer keeps for backward
+_ACTIVATIONS_OTHER = 6  # embedding, pooling, head
+
+
+def check_bounds(values: dict, bounds: dict[str, int], label: dict[str, str]) -> None:
+    """Raise ``ValueError`` for a size above its bound.
+
+    Args:
+        values: sizes by name (names missing from it, or None, are not checked).
+        bounds: the largest value of each name.
+        label: how each name is called in the message (a flag or a file key); the
+            name itself where missing.
+    """
+    for name, bound in bounds.items():
+        value = values.get(name)
+        if isinstance(value, int) and value > bound:
+            raise ValueError(f"{label.get(name, name)}: {value} is above {bound:,}, the "
+                             f"largest setattn accepts")
+
+
+def parameter_count(hidden: int, layers: int, *, num_tasks: int = 1,
+                    descriptor_dim: int = 0, atom_dim: int = 59, bond_dim: int = 14,
+                    kernel_size: int = 0, layer_norm: bool = False) -> int:
+    """Parameters and buffers of a ``MoleculeModel`` (GATv2 layers; GAT has fewer),
+    counted with Python integers, so absurd sizes give a number rather than an error."""
+    d = hidden
+    conv = 2 * (d * d + d) + d + d + d * (bond_dim + 1) + (2 * d if layer_norm else 0)
+    head = d * (2 * d + descriptor_dim) + d + num_tasks * d + num_tasks
+    buffers = 2 * num_tasks + 2 * descriptor_dim + 1  # target and descriptor scaling, blend
+    if kernel_size:  # training descriptors and weights, scaling, gamma and ridge
+        buffers += kernel_size * (descriptor_dim + num_tasks) + num_tasks + 2 * descriptor_dim + 2
+    return d * atom_dim + d + layers * conv + (d + d * d + d) + head + buffers
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes a training run needs, by part."""
+
+    parameters: int
+    training: int
+    kept_models: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.training + self.kept_models + self.activations
+
+
+def training_memory(hidden: int, heads: int, layers: int, batch_size: int,
+                    ensemble_size: int, *, atoms_per_batch: int | None = None,
+                    **sizes: int) -> MemoryEstimate:
+    """Estimate the memory of training ``ensemble_size`` models one after the other.
+
+    The model in training holds 4 float32 copies of its parameters (weights, gradients,
+    AdamW's two moments); each finished member's weights stay in memory; a batch keeps
+    about ``18 * layers + 6`` (N, D) float32 activations for the backward pass, E
+    attention edges per atom (H, for the heads) included.
+
+    Args:
+        hidden, heads, layers: the model's D, H and L.
+        batch_size: molecules per batch.
+        ensemble_size: K.
+        atoms_per_batch: N, heavy atoms of the largest batch (default: ``batch_size *
+            TYPICAL_ATOMS``).
+        sizes: further ``parameter_count`` arguments (num_tasks, descriptor_dim, ...).
+    """
+    n = atoms_per_batch if atoms_per_batch is not None else batch_size * TYPICAL_ATOMS
+    params = parameter_count(hidden, layers, **sizes)
+    activations = 4 * n * (hidden * (_ACTIVATIONS_PER_LAYER * layers + _ACTIVATIONS_OTHER)
+                           + 3 * heads * layers)
+    return MemoryEstimate(params, 4 * 4 * params, 4 * params * ensemble_size, activations)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to this process now: MemAvailable of /proc/meminfo
+    (else ``os.sysconf``), lowered to a cgroup's limit when one is set; None if unknown."""
+    amount = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                amount = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if amount is None:
+        try:
+            amount = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return min(amount, _cgroup_room() or amount)
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under a cgroup v2 memory limit, or None without one."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(int(limit) - used, 0)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def check_memory(estimate: MemoryEstimate, batch_size: int, ensemble_size: int,
+                 available: int | None = None) -> None:
+    """Refuse a run whose estimate exceeds the available memory.
+
+    Args:
+        estimate: from ``training_memory``.
+        batch_size, ensemble_size: shown in the message.
+        available: bytes available (default: ``available_memory()``; None: unknown,
+            nothing is refused).
+
+    Raises:
+        ValueError: naming the flags, with the estimate and what is available.
+    """
+    available = available_memory() if available is None else available
+    if available is None or estimate.total <= available:
+        return
+    raise ValueError(
+        f"arguments --hidden/--heads/--layers/--batch-size/--ensemble-size: this run needs "
+        f"about {_gb(estimate.total)} of memory ({estimate.parameters:,} parameters: "
+        f"{_gb(estimate.training)} to train one model, {_gb(estimate.kept_models)} for "
+        f"the {ensemble_size} kept; {_gb(estimate.activations)} of activations for a "
+        f"batch of {batch_size}) but {_gb(available)} is available; make the model, the "
+        f"batch or the ensemble smaller")

@@ -1,0 +1,52 @@
+"""Size bounds and the memory estimate (``setattn.molprop.limits``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from setattn.molprop import limits
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+
+
+@pytest.mark.parametrize("settings", [
+    {},
+    {"hidden": 16, "heads": 2, "layers": 1, "num_tasks": 3},
+    {"hidden": 12, "heads": 3, "layers": 2, "descriptor_dim": 7, "kernel_size": 5,
+     "norm": "layer"},
+])
+def test_parameter_count_is_the_models(settings):
+    config = MoleculeModelConfig(**settings)
+    model = MoleculeModel(config)
+    actual = sum(t.numel() for t in [*model.parameters(), *model.buffers()])
+    assert limits.parameter_count(
+        config.hidden, config.layers, num_tasks=config.num_tasks,
+        descriptor_dim=config.descriptor_dim, kernel_size=config.kernel_size,
+        layer_norm=config.norm == "layer") == actual
+    # GAT layers have fewer parameters than GATv2's: the count is an upper bound
+    gat = MoleculeModel(MoleculeModelConfig(**{**settings, "conv": "gat"}))
+    assert sum(t.numel() for t in [*gat.parameters(), *gat.buffers()]) <= actual
+
+
+def test_defaults_fit_in_a_gigabyte_and_absurd_sizes_do_not():
+    default = limits.training_memory(96, 4, 3, 64, 1, descriptor_dim=210)
+    assert default.total < 1e9  # far below any machine the defaults run on
+    limits.check_memory(default, 64, 1, available=10**9)
+    # the largest batch a 300-atom limit allows, with an ensemble of 10: still small
+    limits.check_memory(limits.training_memory(96, 4, 3, 64, 10, atoms_per_batch=64 * 300,
+                                               descriptor_dim=210), 64, 10, available=10**9)
+    huge = limits.training_memory(10**9, 4, 3, 64, 1)
+    with pytest.raises(ValueError, match=r"needs about .* GB of memory .* but 8\.0 GB is"):
+        limits.check_memory(huge, 64, 1, available=8 * 10**9)
+
+
+def test_available_memory_is_known_on_linux():
+    available = limits.available_memory()
+    assert available is not None and available > 10**8
+
+
+def test_model_bounds_are_checked_by_validate():
+    with pytest.raises(ValueError, match="argument --hidden: 12000 is above 8,192"):
+        MoleculeModelConfig(hidden=12000, heads=4).validate()
+    with pytest.raises(ValueError, match="num_tasks: 200000 is above"):
+        MoleculeModelConfig(num_tasks=200_000).validate()
+    MoleculeModelConfig(hidden=8192, heads=8).validate()  # the bound itself is fine
