@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # Main job: train on FreeSolv with the defaults, print the test RMSE, predict the
-# same CSV and draw which atoms the readout attended to in one molecule.
+# same CSV and draw each atom's contribution to the prediction of one molecule.
 DEMO := runs/freesolv
 demo: $(STAMP)
 	rm -rf $(DEMO)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/setattn predict --model $(DEMO) --data datasets/molecules/freesolv.csv \
 		--output $(DEMO)/preds.csv
 	$(VENV)/bin/setattn explain --model $(DEMO) --smiles 'CN(C)C(=O)c1ccc(cc1)OC' \
-		--output $(DEMO)/explain.png --heads
+		--output $(DEMO)/explain.png
 	@$(PY) -c "import json; m = json.load(open('$(DEMO)/metrics.json'))['test']; \
 		print(f'FreeSolv test RMSE {m[\"rmse\"]:.3f} kcal/mol (MAE {m[\"mae\"]:.3f}, R2 {m[\"r2\"]:.3f}); files in $(DEMO)/')"
 

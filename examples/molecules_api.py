@@ -46,8 +46,9 @@ def main(argv: Sequence[str] | None = None) -> MoleculePredictor:
         print(f"{text}: predicted {value:.2f} kcal/mol")
     for index, text, reason in model.errors:
         print(f"query {index} ({text!r}) was not predicted: {reason}")
-    weights = model.explain("c1ccccc1O")  # (N, H): atoms x readout heads
-    print(f"phenol: the readout's heads attend most to atoms {weights.argmax(0).tolist()}")
+    contributions = model.explain("c1ccccc1O")  # (N,) kcal/mol per atom
+    print(f"phenol: atom contributions {[round(float(c), 3) for c in contributions]} "
+          f"kcal/mol (integrated gradients)")
     if args.out:
         print(f"run saved in {model.save(args.out)} (setattn predict --model {args.out} ...)")
     test = model.metrics["test"]

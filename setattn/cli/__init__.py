@@ -2,7 +2,7 @@
 
     setattn train   --data CSV --target-columns T1 [T2 ...] --output-dir DIR [...]
     setattn predict --model DIR --data CSV --output preds.csv
-    setattn explain --model DIR --smiles S --output FILE.png|.svg [--heads]
+    setattn explain --model DIR (--smiles S --output PIC.png | --data CSV --output DIR) [...]
 
 A thin layer over ``setattn.molprop``: ``parser`` (the flags), ``process`` (the process
 settings only a program may make), and one module per command. Bad input (a missing

@@ -1,47 +1,146 @@
-"""``setattn explain``: a picture of the atoms a trained model's readout attended to."""
+"""``setattn explain``: each atom's contribution to a trained model's prediction.
+
+``--smiles S --output PICTURE`` draws one molecule. ``--data CSV --output DIR`` explains
+every row: ``DIR/atoms.csv`` (``row,smiles,atom,symbol,contribution``, one line per
+atom of ``Chem.MolFromSmiles(smiles)``), ``DIR/molecules.csv`` (each row's prediction,
+baseline and what the contributions mean), the first ``--max-pictures`` pictures and
+``DIR/errors.csv`` for rows whose SMILES does not parse (they are skipped, never fatal).
+"""
 
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 
-import torch
+from tqdm import tqdm
 
-from setattn.domains.molecules import fragment_note
+from setattn.datasets.files import read_column
+from setattn.domains.molecules import InvalidSmilesError, fragment_note
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
-from setattn.molprop.explain import explain_molecule
+from setattn.molprop.explain import MoleculeExplanation, explain_molecule, explain_smiles
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.outputs import check_output_file
-from setattn.viz import draw_atom_weights
+from setattn.viz import draw_atom_contributions
 
 __all__ = ["cmd_explain"]
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    """Draw the picture; print the prediction. Returns the exit status."""
+def _target(args: argparse.Namespace, targets: list[str]) -> int:
+    if args.target is None:
+        return 0
+    if args.target not in targets:
+        raise ValueError(f"argument --target: {args.target!r} is not a target of this model "
+                         f"({', '.join(targets)})")
+    return targets.index(args.target)
+
+
+def _prediction_text(e: MoleculeExplanation, target: str) -> str:
+    a = e.attribution
+    if e.probability is not None:
+        return f"P({target}) {e.probability:.3f} (logit {a.prediction:+.3f})"
+    return f"{target} {a.prediction:.3f}"
+
+
+def _sum_text(e: MoleculeExplanation) -> str:
+    a = e.attribution
+    if not a.complete:
+        return "contributions claim no sum"
+    return f"contributions sum to prediction - baseline ({a.baseline:+.3f})"
+
+
+def _draw(e: MoleculeExplanation, target: str, method: str, path: Path) -> None:
+    a = e.attribution
+    unit = {"target units": f"contribution to {target}", "logit": f"contribution to the logit "
+            f"of {target}", "relative attention": "attention weight x atoms (1 = uniform)"}
+    title = f"{e.smiles}\npredicted {_prediction_text(e, target)}\n{method}: {_sum_text(e)}"
+    # attention: full colour at 0 and 2 (never / twice uniform), so near-uniform looks pale
+    limit = max(float((a.values - 1).abs().max()), 1.0) if e.unit == "relative attention" \
+        else None
+    draw_atom_contributions(e.smiles, a.values, path, title=title, unit=unit[e.unit],
+                            centre=a.centre, limit=limit)
+
+
+def _explain_one(args: argparse.Namespace, models: list, target: str, t: int) -> int:
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"argument --output: {output} must end in .png or .svg")
-    model = Path(args.model)
-    check_output_file(output, {"--model": model if model.is_file() else model / "config.json"})
-    models, meta = load_run(args.model, resolve_device(args.device))
-    weights, prediction = explain_molecule(  # (N, H), (T,)
-        models[0], args.smiles, meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS))
-    heads = weights.shape[1]
-    panels = [weights.mean(1)]  # (N,) each
-    legends = [f"readout attention, mean of {heads} heads"]
-    if args.heads:
-        panels += [weights[:, h] for h in range(heads)]
-        legends += [f"head {h}" for h in range(heads)]
-    draw_atom_weights(args.smiles, torch.stack(panels), output, legends=legends)
-    values = ", ".join(f"{t} {v:.4g}" for t, v in zip(meta["target_columns"],
-                                                        prediction.tolist()))
+    e = explain_smiles(models[0], args.smiles, args.method, t, args.max_heavy_atoms)
+    _draw(e, target, args.method, output)
     which = f" (model_0 of an ensemble of {len(models)})" if len(models) > 1 else ""
-    if models[0].kernel is not None:
-        which += (f"; the prediction weighs the attention network {float(models[0].blend):g} "
-                  "and the descriptor kernel ridge the rest, the picture is the network's")
     note = fragment_note(args.smiles)
     which += f" (note: {note})" if note else ""
-    print(f"{args.smiles}: predicted {values}{which}; attention drawn in {output}")
+    print(f"{args.smiles}: predicted {_prediction_text(e, target)}{which}; {args.method}: "
+          f"{e.attribution.note}; {_sum_text(e)}; drawn in {output}")
     return 0
+
+
+def _rows(path: str, column: str) -> list[tuple[int, str]]:
+    """(data row, SMILES) of every row of the CSV (the reader ``train`` uses)."""
+    try:
+        return list(enumerate(read_column(path, column)))
+    except ValueError as err:
+        if "missing column" not in str(err):
+            raise
+        raise ValueError(f"{err}; name the SMILES column with --smiles-column") from None
+
+
+def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) -> int:
+    out = Path(args.output)
+    if args.max_pictures < 0:
+        raise ValueError(f"argument --max-pictures: must be >= 0, got {args.max_pictures}")
+    rows = _rows(args.data, args.smiles_column)
+    out.mkdir(parents=True, exist_ok=True)
+    errors, explained = [], 0
+    with open(out / "atoms.csv", "w", newline="") as atoms, \
+            open(out / "molecules.csv", "w", newline="") as molecules:
+        atom_rows, molecule_rows = csv.writer(atoms), csv.writer(molecules)
+        atom_rows.writerow(["row", "smiles", "atom", "symbol", "contribution"])
+        molecule_rows.writerow(["row", "smiles", "prediction", "baseline", "sum", "delta",
+                                "unit", "method", "note"])
+        for row, smiles in tqdm(rows, desc="explain", unit="mol"):
+            try:
+                e = explain_molecule(models[0], smiles, args.method, t, args.max_heavy_atoms)
+            except InvalidSmilesError as err:
+                errors.append((row, smiles, err.reason))
+                continue
+            a = e.attribution
+            for k, (symbol, value) in enumerate(zip(e.symbols, a.values.tolist())):
+                atom_rows.writerow([row, smiles, k, symbol, f"{value:.6g}"])
+            molecule_rows.writerow([row, smiles, f"{a.prediction:.6g}",
+                                    "" if a.baseline is None else f"{a.baseline:.6g}",
+                                    f"{float(a.values.nansum()):.6g}", f"{a.delta:.6g}",
+                                    e.unit, args.method, a.note])
+            if explained < args.max_pictures:
+                _draw(e, target, args.method, out / f"row_{row}.png")
+            explained += 1
+    with open(out / "errors.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([["row", "smiles", "error"], *errors])
+    print(f"explained {explained} molecules of {args.data} with {args.method} "
+          f"({min(explained, args.max_pictures)} pictures); {len(errors)} invalid SMILES in "
+          f"{out / 'errors.csv'}; contributions in {out / 'atoms.csv'}")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Explain one SMILES (a picture) or a CSV (a folder). Returns the exit status."""
+    if resolve_device(args.device).type != "cpu":
+        raise ValueError(f"argument --device: explanations run on the CPU (got {args.device})")
+    model = Path(args.model)
+    inputs = {"--model": model if model.is_file() else model / "config.json"}
+    if args.data is not None:
+        inputs["--data"] = Path(args.data)
+        if Path(args.output).is_file():
+            raise ValueError(f"argument --output: {args.output} is a file; with --data it "
+                             f"names a folder")
+    else:
+        check_output_file(Path(args.output), inputs)
+    models, meta = load_run(args.model)
+    args.max_heavy_atoms = meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
+    targets = list(meta["target_columns"])
+    t = _target(args, targets)
+    if args.smiles is not None:
+        return _explain_one(args, models, targets[t], t)
+    args.smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
+    return _explain_table(args, models, targets[t], t)

@@ -7,6 +7,8 @@ import argparse
 from dataclasses import MISSING, Field
 
 from setattn.cli.process import DEFAULT_THREADS
+from setattn.explain import METHODS
+from setattn.molprop.explain import DEFAULT_METHOD
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.loop import CHECKPOINT_SECONDS
 from setattn.molprop.settings import DEFAULT_DESCRIPTORS, run_flags
@@ -98,12 +100,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(predict)
     _add_threads(predict)
 
-    explain = sub.add_parser("explain", help="draw which atoms the model's readout attended to")
+    explain = sub.add_parser(
+        "explain", help="each atom's contribution to the model's prediction",
+        description="One contribution per atom to the prediction, in the target's units "
+        "(logits for classification). --smiles draws one molecule; --data explains every "
+        "row of a CSV into a folder (atoms.csv, molecules.csv, pictures, errors.csv).")
     explain.add_argument("--model", required=True, help="run directory (or one best.pt)")
-    explain.add_argument("--smiles", required=True, help="the molecule")
-    explain.add_argument("--output", required=True, help="picture to write, .png or .svg")
-    explain.add_argument("--heads", action="store_true",
-                         help="one panel per attention head after the mean over heads")
+    given = explain.add_mutually_exclusive_group(required=True)
+    given.add_argument("--smiles", help="one molecule: --output is its picture")
+    given.add_argument("--data", help="a CSV of molecules: --output is a folder")
+    explain.add_argument("--smiles-column", help="with --data; default: the one the model "
+                         "was trained with")
+    explain.add_argument("--output", required=True,
+                         help="picture (.png or .svg) for --smiles, folder for --data")
+    explain.add_argument("--method", choices=list(METHODS), default=DEFAULT_METHOD,
+                         help=f"how contributions are measured (default: {DEFAULT_METHOD}, "
+                         "the best on benchmarks/attribution.py's validation molecules)")
+    explain.add_argument("--target", help="the target explained (default: the first)")
+    explain.add_argument("--max-pictures", type=int, default=50,
+                         help="with --data: pictures of the first N molecules (default: 50)")
     _add_device(explain)
     _add_threads(explain)
     return parser

@@ -30,7 +30,7 @@ from setattn.files import atomic_open, write_json
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig
 from setattn.molprop.device import resolve_device
-from setattn.molprop.explain import explain_molecule
+from setattn.molprop.explain import DEFAULT_METHOD, explain_smiles
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.predict import predict_smiles
 from setattn.molprop.run import run_training
@@ -268,10 +268,10 @@ class MoleculePredictor:
         zeros for a single model, NaN rows as in ``predict``."""
         return self._predict(smiles)[1]
 
-    def explain(self, smiles: str) -> np.ndarray:
-        """(N, H) the readout's attention over the N atoms of one molecule, per head
-        (each column sums to 1), of the first ensemble member: what ``setattn
-        explain`` draws.
+    def explain(self, smiles: str, method: str = DEFAULT_METHOD) -> np.ndarray:
+        """(N,) each heavy atom's contribution to the first ensemble member's prediction
+        (of the first target), by ``method`` (``setattn.molprop.explain``): what
+        ``setattn explain`` draws.
 
         Raises:
             ValueError: if ``smiles`` does not parse.
@@ -280,8 +280,8 @@ class MoleculePredictor:
         if not isinstance(smiles, str):
             raise TypeError(f"argument smiles: explain takes one SMILES string, got "
                             f"{type(smiles).__name__}")
-        weights, _ = explain_molecule(self.models[0], smiles)  # (N, H)
-        return weights.numpy()
+        e = explain_smiles(self.models[0], smiles, method)
+        return e.attribution.values.numpy()  # (N,)
 
     def save(self, directory: str | Path) -> Path:
         """Copy the run directory to ``directory`` (``setattn predict --model`` reads it;

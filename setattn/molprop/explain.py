@@ -1,43 +1,203 @@
-"""What a molecule model looked at: the readout's attention over the atoms of a molecule."""
+"""Why a molecule model predicted what it did: one contribution per atom.
+
+``explain_molecule(model, smiles, method)`` returns a ``MoleculeExplanation``: a
+contribution per heavy atom of ``Chem.MolFromSmiles(smiles)`` to the model's prediction
+as ``setattn predict`` gives it (the network blended with the kernel ridge when there
+is one), in the target's units for regression and in logits for classification. The
+methods (``setattn.explain``), measured against known per-atom truth by
+``benchmarks/attribution.py``:
+
+- ``integrated-gradients`` (the default: the best there on the validation molecules of
+  both tasks): captum's integrated gradients from all-zero atom features
+  and all-zero descriptors (the empty molecule); each descriptor's attribution is
+  carried to the atoms by ``descriptor_shares`` (exact for additive descriptors such as
+  logP, TPSA, fragment counts; even for the others). The contributions sum to the
+  prediction minus the baseline's prediction, up to captum's convergence delta.
+- ``occlusion``: the prediction minus the prediction of the molecule with the atom
+  replaced by a dummy atom (``*``, no hydrogens, bonds kept), re-featurised from the
+  edited molecule (atom and bond features, descriptors, hence the kernel ridge too).
+  No sum is claimed.
+- ``readout``: exact per-atom terms where the model's readout allows it; the molecule
+  model's MLP head over pooled atoms and descriptors does not (a clear error).
+- ``attention``: the readout's attention weight of each atom times the atom count
+  (1 = uniform), averaged over heads; not a contribution to the prediction.
+
+Atoms of fragments the model does not see (salts: only the largest fragment is kept)
+get 0.
+"""
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from setattn.capture import capture
-from setattn.domains.molecules import InvalidSmilesError
-from setattn.molprop.batching import collate_molecules
-from setattn.molprop.device import model_device, to_device
+import torch
+from rdkit import Chem, rdBase
+from torch import Tensor, nn
+from torch_geometric.data import Batch, Data
+
+from setattn.domains.descriptor_atoms import descriptor_shares
+from setattn.domains.molecules import InvalidSmilesError, mol_to_data, parse_smiles
+from setattn.explain import (
+    Attribution,
+    attention_contributions,
+    integrated_gradients,
+    occlusion,
+    readout_contributions,
+)
 from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
 
-__all__ = ["explain_molecule"]
+__all__ = ["DEFAULT_METHOD", "MoleculeExplanation", "ModelOutput", "dummy_atom",
+           "explain_molecule", "explain_smiles"]
+
+DEFAULT_METHOD = "integrated-gradients"
+"""The method ``setattn explain`` uses unless told; chosen on the validation molecules of
+``benchmarks/attribution.py`` (``benchmarks/results/attribution.md``)."""
 
 
-@torch.no_grad()
-def explain_molecule(model: MoleculeModel, smiles: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The readout's attention over a molecule's atoms (its largest fragment), and the
-    prediction; molecules with more than ``max_heavy_atoms`` heavy atoms are refused.
+class ModelOutput(nn.Module):
+    """The quantity explained: a ``MoleculeModel``'s prediction, differentiable.
 
-    Returns:
-        weights (N, H): head h's attention weight of atom j (each column sums to 1),
-        and the prediction (T,) in target units or probabilities, both on the CPU.
+    Regression: the prediction in target units (the network blended with the kernel
+    ridge, as ``predict`` gives it). Classification: the logit of each task.
+    """
+
+    def __init__(self, model: MoleculeModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Batch) -> Tensor:
+        """(G, T) predictions in target units, or logits."""
+        m = self.model
+        out = m(batch)  # (G, T)
+        if m.config.task != "regression":
+            return out
+        kernel_out = m.kernel_outputs(batch) if m.kernel is not None else None
+        return m.to_units(m.combine(out, kernel_out))  # (G, T)
+
+
+@dataclass
+class MoleculeExplanation:
+    """Contributions of the atoms of one SMILES.
+
+    Attributes:
+        smiles: the SMILES as given.
+        symbols: element symbols of the atoms of ``Chem.MolFromSmiles(smiles)``.
+        attribution: values (N_all,) per atom of that molecule (0 for atoms outside
+            the fragment the model sees), prediction and baseline in ``unit``.
+        unit: what the values are in ("target units", "logit", "relative attention").
+        probability: for classification, the predicted probability; else None.
+    """
+
+    smiles: str
+    symbols: list[str]
+    attribution: Attribution
+    unit: str
+    probability: float | None = None
+
+
+def dummy_atom(mol: Chem.Mol, i: int) -> Chem.Mol:
+    """``mol`` with atom i replaced by a dummy atom ``*`` (no hydrogens, no charge);
+    its bonds, their orders and the aromaticity of its ring are kept."""
+    edited = Chem.RWMol(mol)
+    atom = edited.GetAtomWithIdx(i)
+    atom.SetAtomicNum(0)
+    atom.SetFormalCharge(0)
+    atom.SetNoImplicit(True)
+    atom.SetNumExplicitHs(0)
+    atom.SetChiralTag(Chem.ChiralType.CHI_UNSPECIFIED)
+    out = edited.GetMol()
+    Chem.SanitizeMol(out)
+    return out
+
+
+def _variant(mol: Chem.Mol, i: int, descriptors: bool) -> Data | None:
+    """The model's input for ``mol`` with atom i occluded (None if RDKit refuses it)."""
+    try:
+        return mol_to_data(dummy_atom(mol, i), largest_fragment=False, descriptors=descriptors)
+    except (ValueError, RuntimeError, Chem.rdchem.MolSanitizeException):
+        return None
+
+
+def _fragment(smiles: str) -> tuple[Chem.Mol, Chem.Mol, list[int]]:
+    """The parsed molecule, the fragment the model sees (as ``keep_largest_fragment``),
+    and the fragment's atoms' indices in the whole molecule."""
+    mol = parse_smiles(smiles)
+    fragments = Chem.GetMolFrags(mol)
+    if len(fragments) <= 1:
+        return mol, mol, list(range(mol.GetNumAtoms()))
+    atoms = list(max(fragments, key=len))  # max keeps the first on ties
+    return mol, Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)[
+        fragments.index(tuple(atoms))], atoms
+
+
+def _attribute(model: MoleculeModel, mol: Chem.Mol, data: Data, method: str,
+               target: int) -> Attribution:
+    forward = ModelOutput(model).eval()
+    uses_descriptors = bool(model.config.descriptor_dim)
+    if method == "occlusion":
+        with rdBase.BlockLogs():
+            variants = [_variant(mol, i, uses_descriptors) for i in range(mol.GetNumAtoms())]
+        return occlusion(forward, data, variants, target,
+                         note="prediction minus the prediction with the atom replaced by a "
+                         "dummy atom (*, no hydrogens), re-featurised with its descriptors")
+    if method == "integrated-gradients":
+        shares = ()
+        if uses_descriptors:
+            split, _ = descriptor_shares(mol, data.descriptors[0].double().numpy())
+            shares = (torch.from_numpy(split).float(),)
+        return integrated_gradients(
+            forward, data, target, graph_inputs=("descriptors",) if uses_descriptors else (),
+            node_shares=shares)
+    if method == "readout":
+        return readout_contributions(model, data, target)
+    if method == "attention":
+        return attention_contributions(forward, data, "model.pool", target)
+    raise ValueError(f"argument --method: unknown method {method!r}")
+
+
+def explain_molecule(model: MoleculeModel, smiles: str, method: str = DEFAULT_METHOD,
+                     target: int = 0, max_heavy_atoms: int = MAX_HEAVY_ATOMS
+                     ) -> MoleculeExplanation:
+    """One contribution per atom of ``smiles`` to the model's prediction of ``target``.
+
+    Args:
+        model: a trained model (put in eval mode).
+        smiles: the molecule.
+        method: one of ``setattn.explain.METHODS``.
+        target: the task explained.
+        max_heavy_atoms: the size limit (``setattn.molprop.limits``); the run's own.
 
     Raises:
-        ValueError: naming ``--smiles`` if it does not parse.
+        InvalidSmilesError: if ``smiles`` does not parse (``MoleculeSkippedError`` if it
+            is over the size limit).
+        ValueError: for an unknown method, or ``readout`` on a model without one.
     """
+    model.eval()
+    whole, mol, atoms = _fragment(smiles)
+    data = featurize(smiles, model.config.descriptor_dim, max_heavy_atoms=max_heavy_atoms)
+    attribution = _attribute(model, mol, data, method, target)
+    values = torch.zeros(whole.GetNumAtoms())  # (N_all,)
+    values[atoms] = attribution.values.float()
+    attribution.values = values
+    classification = model.config.task != "regression"
+    unit = "relative attention" if method == "attention" else (
+        "logit" if classification else "target units")
+    probability = None
+    if classification:
+        with torch.no_grad():
+            probability = float(model.predict(Batch.from_data_list([data]))[0, target])
+    symbols = [a.GetSymbol() for a in whole.GetAtoms()]
+    return MoleculeExplanation(smiles, symbols, attribution, unit, probability)
+
+
+def explain_smiles(model: MoleculeModel, smiles: str, method: str = DEFAULT_METHOD,
+                   target: int = 0, max_heavy_atoms: int = MAX_HEAVY_ATOMS
+                   ) -> MoleculeExplanation:
+    """``explain_molecule`` for the command line: a SMILES that does not parse is a
+    ``ValueError`` naming ``--smiles``."""
     try:
-        data = featurize(smiles, model.config.descriptor_dim, max_heavy_atoms=max_heavy_atoms)
+        return explain_molecule(model, smiles, method, target, max_heavy_atoms)
     except InvalidSmilesError as err:
         raise ValueError(f"argument --smiles: {err}") from None
-    model.eval()
-    batch = to_device(collate_molecules([data]), model_device(model))
-    with capture() as captured:
-        prediction = model.predict(batch)[0]  # (T,)
-    pool = captured["pool"]
-    atoms = pool.edge_index[0]  # (E,) source atom of each atom -> molecule edge
-    weights = pool.weights.new_zeros(data.num_nodes, pool.weights.shape[1])  # (N, H)
-    weights[atoms] = pool.weights
-    return weights.cpu(), prediction.cpu()

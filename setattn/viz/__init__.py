@@ -1,6 +1,8 @@
 """Pictures of attention and of training: small functions, one picture each.
 
-- ``molecules``: ``draw_atom_weights`` (RDKit drawing, PNG or SVG) and ``weight_colour``.
+- ``molecules``: ``draw_atom_contributions`` (signed contributions on atom discs, colour
+  bar, title), ``draw_atom_weights`` (RDKit drawing, PNG or SVG), ``contribution_colours``,
+  ``atom_disc_drawing`` and ``weight_colour``.
 - ``plots``: matplotlib pictures (Agg backend, no display needed):
   ``plot_training_curve``, ``plot_alignment``, ``plot_word_weights``, ``words_to_html``,
   ``plot_patch_attention`` and ``plot_node_attention``.
@@ -16,7 +18,13 @@ from setattn.viz.plots import (
 )
 
 try:  # RDKit is optional (setattn[molecules]); the matplotlib pictures work without it
-    from setattn.viz.molecules import draw_atom_weights, weight_colour
+    from setattn.viz.molecules import (
+        atom_disc_drawing,
+        contribution_colours,
+        draw_atom_contributions,
+        draw_atom_weights,
+        weight_colour,
+    )
 except ModuleNotFoundError as err:
     if err.name != "rdkit":
         raise
@@ -30,6 +38,9 @@ except ModuleNotFoundError as err:
 
 
 __all__ = [
+    "atom_disc_drawing",
+    "contribution_colours",
+    "draw_atom_contributions",
     "draw_atom_weights",
     "plot_alignment",
     "plot_node_attention",

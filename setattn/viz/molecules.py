@@ -4,6 +4,11 @@
   atoms coloured by a weight each (e.g. the readout's attention), one panel per row
   of ``weights``; PNG or SVG, no matplotlib involved.
 - ``weight_colour(w)``: the white-to-red colour of one weight in [0, 1].
+- ``draw_atom_contributions(smiles, values, path)``: atoms on discs coloured by a
+  signed contribution each (diverging colours centred at zero, or at 1 for attention
+  relative to uniform), a colour bar in the contributions' units and a title.
+- ``contribution_colours`` and ``atom_disc_drawing``: its colours, and the RDKit drawing
+  with the atoms' pixel positions.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from rdkit.Chem.Draw import rdMolDraw2D
 
 from setattn.domains.molecules import keep_largest_fragment, parse_smiles
 
-__all__ = ["draw_atom_weights", "weight_colour"]
+__all__ = ["atom_disc_drawing", "contribution_colours", "draw_atom_contributions",
+           "draw_atom_weights", "weight_colour"]
 
 _LOW = np.array([1.0, 1.0, 1.0])  # weight 0: white
 _HIGH = np.array([0.84, 0.15, 0.16])  # the largest weight of a panel: red
@@ -116,3 +122,141 @@ def draw_atom_weights(
         path.write_text(drawer.GetDrawingText(), encoding="utf-8")
     return path
 
+
+
+def contribution_colours(values: np.ndarray | Sequence[float], centre: float = 0.0,
+                         limit: float | None = None, cmap: str = "RdBu_r"
+                         ) -> list[tuple[float, float, float]]:
+    """Diverging colours of contributions: ``centre`` white, above it red, below it blue.
+
+    Args:
+        values: (N,) contributions (NaN: grey, "could not be computed").
+        centre: the neutral value (0, or 1 for attention relative to uniform).
+        limit: the distance from ``centre`` drawn at full colour (default: the largest).
+        cmap: a diverging matplotlib colour map.
+
+    Returns:
+        N RGB triples in [0, 1].
+    """
+    from matplotlib import colormaps
+
+    v = np.asarray(values, dtype=np.float64) - centre  # (N,)
+    if limit is None:
+        limit = float(np.nanmax(np.abs(v), initial=0.0))
+    limit = limit if limit > 0 else 1.0
+    position = 0.5 + 0.5 * np.clip(v / limit, -1.0, 1.0)  # (N,) in [0, 1], centre at 0.5
+    colours = colormaps[cmap](np.nan_to_num(position, nan=0.5))[:, :3]  # (N, 3)
+    colours[np.isnan(v)] = 0.75
+    return [tuple(float(c) for c in rgb) for rgb in colours]
+
+
+def atom_disc_drawing(mol: Chem.Mol, colours: Sequence[tuple[float, float, float]],
+                      size: tuple[int, int] = (560, 420), notes: Sequence[str] | None = None
+                      ) -> tuple[bytes, list[tuple[float, float]]]:
+    """A PNG of ``mol`` with a coloured disc on every atom, and the atoms' pixel centres.
+
+    Args:
+        mol: the molecule (atom k drawn with ``colours[k]``).
+        colours: N RGB triples.
+        size: (width, height) in pixels.
+        notes: N short texts written beside the atoms (None: none).
+
+    Returns:
+        (PNG bytes, N (x, y) pixel positions of the atoms in that PNG).
+    """
+    mol = Chem.Mol(mol)
+    for atom, note in zip(mol.GetAtoms(), notes or []):
+        atom.SetProp("atomNote", note)
+    n = mol.GetNumAtoms()
+    drawer = rdMolDraw2D.MolDraw2DCairo(*size)
+    options = drawer.drawOptions()
+    options.clearBackground = True
+    options.annotationFontScale = 0.6
+    options.fillHighlights = True
+    rdMolDraw2D.PrepareAndDrawMolecule(
+        drawer, mol, highlightAtoms=list(range(n)),
+        highlightAtomColors={a: tuple(colours[a]) for a in range(n)},
+        highlightAtomRadii={a: 0.42 for a in range(n)}, highlightBonds=[])
+    drawer.FinishDrawing()
+    points = [drawer.GetDrawCoords(a) for a in range(n)]
+    return drawer.GetDrawingText(), [(float(p.x), float(p.y)) for p in points]
+
+
+def draw_atom_contributions(
+    smiles: str,
+    values: torch.Tensor | np.ndarray | Sequence[float],
+    path: str | Path,
+    *,
+    title: str = "",
+    unit: str = "contribution",
+    centre: float = 0.0,
+    limit: float | None = None,
+    notes: bool = True,
+) -> Path:
+    """A molecule with each atom on a disc coloured by its contribution, and a colour bar.
+
+    Diverging colours centred at ``centre`` (white): red above, blue below, full colour
+    at the largest distance from it, symmetric so that equal and opposite contributions
+    look equally strong. Atom k is atom k of ``Chem.MolFromSmiles(smiles)`` (all
+    fragments drawn).
+
+    Args:
+        smiles: the molecule.
+        values: (N,) one contribution per atom (NaN: grey).
+        path: ``.png`` or ``.svg``.
+        title: the picture's title (e.g. the prediction).
+        unit: the colour bar's caption, in the contributions' units.
+        centre: the neutral value.
+        limit: the distance from ``centre`` drawn at full colour (default: the largest).
+        notes: write each value beside its atom.
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        InvalidSmilesError: if ``smiles`` does not parse.
+        ValueError: for an unknown suffix, or values that do not match the atoms.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"{path}: the picture must end in .png or .svg, not "
+                         f"{path.suffix.lower()!r}")
+    mol = parse_smiles(smiles)
+    v = np.asarray(torch.as_tensor(values, dtype=torch.float64).detach().cpu())  # (N,)
+    if v.shape != (mol.GetNumAtoms(),):
+        raise ValueError(f"{smiles!r} has {mol.GetNumAtoms()} atoms but values have shape "
+                         f"{tuple(v.shape)}")
+    if limit is None:
+        limit = float(np.nanmax(np.abs(v - centre), initial=0.0)) or 1.0
+    form = "{:+.2f}" if centre == 0 else "{:.2f}"
+    texts = [("n/a" if np.isnan(x) else form.format(x)) for x in v] if notes else None
+    png, _ = atom_disc_drawing(mol, contribution_colours(v, centre, limit), notes=texts)
+    return _with_colour_bar(png, path, title, unit, centre, limit)
+
+
+def _with_colour_bar(png: bytes, path: Path, title: str, unit: str, centre: float,
+                     limit: float) -> Path:
+    """The RDKit drawing beside a colour bar from ``centre - limit`` to ``centre + limit``."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    from matplotlib import cm, colors
+
+    image = matplotlib.image.imread(io.BytesIO(png), format="png")
+    fig, ax = plt.subplots(figsize=(7.0, 5.0))
+    ax.imshow(image)
+    ax.axis("off")
+    scale = cm.ScalarMappable(colors.Normalize(centre - limit, centre + limit), "RdBu_r")
+    bar = fig.colorbar(scale, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label(unit, fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=8.5, wrap=True)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -101,10 +101,10 @@ def test_a_cli_run_loads_in_the_api(cli_ensemble, freesolv, tmp_path, capsys):
                                rtol=1e-7, equal_nan=True)
     np.testing.assert_allclose(_cells(tmp_path / "preds.csv", "expt_std"), std[:, 0],
                                rtol=1e-6, equal_nan=True)
-    weights = model.explain(smiles[0])  # (N, H)
-    expected, _ = explain_molecule(load_run(cli_ensemble)[0][0], smiles[0])
-    assert np.array_equal(weights, expected.numpy()) and weights.shape[1] == 2
-    np.testing.assert_allclose(weights.sum(0), 1.0, rtol=1e-5)
+    weights = model.explain(smiles[0], "attention")  # (N,) attention x N
+    expected = explain_molecule(load_run(cli_ensemble)[0][0], smiles[0], "attention")
+    assert np.array_equal(weights, expected.attribution.values.numpy())
+    np.testing.assert_allclose(weights.mean(), 1.0, rtol=1e-5)  # weights sum to 1
 
 
 def test_an_api_run_works_with_the_command_line(freesolv, tmp_path, capsys):

@@ -160,5 +160,6 @@ def test_classification_predicts_probabilities(tmp_path, capsys):
     assert all(0.0 <= v <= 1.0 for v in values)
     picture = tmp_path / "explain.png"
     status, stdout, _ = run(["explain", "--model", out, "--smiles", preds[0]["smiles"],
-                             "--output", picture, "--heads"], capsys)
-    assert status == 0 and "predicted NR-AR" in stdout and picture.stat().st_size > 1000
+                             "--output", picture], capsys)
+    assert status == 0 and "predicted P(NR-AR)" in stdout and picture.stat().st_size > 1000
+    assert "(logit " in stdout

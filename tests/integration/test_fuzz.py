@@ -46,6 +46,7 @@ from setattn.domains.molecules import (
     InvalidSmilesError,
     rdkit_descriptors,
 )
+from setattn.explain import METHODS
 from setattn.molprop.featurize import featurize
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
 from setattn.molprop.predict import predict_csv
@@ -361,11 +362,11 @@ def test_train_arguments_end_in_success_or_a_named_error(fuzz_dir, argv):
 @pytest.mark.slow
 @fuzz(15)
 @given(smiles=edited_smiles(), suffix=st.sampled_from([".png", ".svg", ".pdf", ""]),
-       heads=st.booleans())
-def test_explain_arguments_end_in_success_or_a_named_error(fuzz_dir, smiles, suffix, heads):
+       method=st.sampled_from(METHODS))
+def test_explain_arguments_end_in_success_or_a_named_error(fuzz_dir, smiles, suffix, method):
     picture = Path(tempfile.mkdtemp(dir=fuzz_dir)) / f"atoms{suffix}"
     status, err = _run(["explain", "--model", str(fuzz_dir / "run"), "--smiles", smiles,
-                        "--output", str(picture), *(["--heads"] if heads else [])])
+                        "--output", str(picture), "--method", method])
     assert status in (0, 2), err
     assert (status == 0) == picture.is_file()
     if status == 2:

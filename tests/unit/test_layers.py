@@ -1,5 +1,5 @@
 """The package's import arrows point one way (ARCHITECTURE.md): engine <- nn <-
-domains <- datasets, viz <- molprop <- cli. A module may import its own layer or lower
+domains <- datasets, viz, explain <- molprop <- cli. A module may import its own layer or lower
 ones, never a higher one (function-level imports included)."""
 
 import ast
@@ -14,7 +14,7 @@ LAYERS = [
     ("setattn.engine",),
     ("setattn.nn",),
     ("setattn.domains",),
-    ("setattn.datasets", "setattn.viz"),
+    ("setattn.datasets", "setattn.viz", "setattn.explain"),
     ("setattn.molprop",),
     ("setattn.cli",),
     ("setattn.train", "setattn.moldata", "setattn"),  # deprecated shims, the package root
