@@ -67,13 +67,15 @@ def _check_image(image: torch.Tensor, patch_size: int) -> tuple[int, int, int]:
     return channels, height // patch_size, width // patch_size
 
 
-def grid_edge_index(grid_shape: tuple[int, int], neighbours: Literal[4, 8] = 4) -> torch.Tensor:
+def grid_edge_index(grid_shape: tuple[int, int], neighbours: Literal[4, 8] = 4, *,
+                    device: torch.device | str | None = None) -> torch.Tensor:
     """The grid graph over a Gh x Gw grid of patches numbered row-major.
 
     Args:
         grid_shape: (Gh, Gw).
         neighbours: 4 (up, down, left, right) or 8 (also the diagonals); every
             patch also attends to itself.
+        device: where the edges are built (the CPU by default).
 
     Returns:
         edge_index (2, E) long, row 0 = source j, row 1 = target i, sorted by
@@ -82,14 +84,14 @@ def grid_edge_index(grid_shape: tuple[int, int], neighbours: Literal[4, 8] = 4) 
     if neighbours not in _NEIGHBOUR_OFFSETS:
         raise ValueError(f"argument neighbours must be 4 or 8, got {neighbours!r}")
     rows, cols = grid_shape
-    offsets = torch.tensor(_NEIGHBOUR_OFFSETS[neighbours])  # (K, 2)
-    target_row = torch.arange(rows).repeat_interleave(cols)  # (P,)
-    target_col = torch.arange(cols).repeat(rows)  # (P,)
+    offsets = torch.tensor(_NEIGHBOUR_OFFSETS[neighbours], device=device)  # (K, 2)
+    target_row = torch.arange(rows, device=device).repeat_interleave(cols)  # (P,)
+    target_col = torch.arange(cols, device=device).repeat(rows)  # (P,)
     source_row = target_row.unsqueeze(1) + offsets[:, 0]  # (P, K)
     source_col = target_col.unsqueeze(1) + offsets[:, 1]  # (P, K)
     valid = (source_row >= 0) & (source_row < rows) & (source_col >= 0) & (source_col < cols)
     source = source_row * cols + source_col  # (P, K)
-    target = torch.arange(rows * cols).unsqueeze(1).expand_as(source)  # (P, K)
+    target = torch.arange(rows * cols, device=device).unsqueeze(1).expand_as(source)  # (P, K)
     return torch.stack([source[valid], target[valid]])  # (2, E)
 
 
@@ -123,14 +125,14 @@ def image_to_patches(
     p = patch_size
     patches = image.reshape(channels, rows, p, cols, p).permute(1, 3, 0, 2, 4)  # (Gh, Gw, C, p, p)
     x = patches.reshape(rows * cols, channels * p * p)  # (P, C*p*p)
-    pos = torch.stack(
-        [torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)], dim=1
-    )  # (P, 2)
+    device = image.device
+    pos = torch.stack([torch.arange(rows, device=device).repeat_interleave(cols),
+                       torch.arange(cols, device=device).repeat(rows)], dim=1)  # (P, 2)
     data = Data(x=x, pos=pos)
     if grid_edges is not None:
-        data.edge_index = grid_edge_index((rows, cols), grid_edges)
+        data.edge_index = grid_edge_index((rows, cols), grid_edges, device=device)
     if y is not None:
-        data.y = torch.tensor([y], dtype=torch.long)
+        data.y = torch.tensor([y], dtype=torch.long, device=device)
     return data
 
 
