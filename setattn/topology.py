@@ -9,7 +9,10 @@ A topology says, for every query node i, which key/value nodes j it may attend t
   batch (cross attention, pooling with seed vectors).
 * :func:`window` - sequence positions within ``radius`` of each other (local attention).
 * :func:`edges` - an explicit edge list in PyG order: ``edge_index[0]`` is the source j
-  (the key), ``edge_index[1]`` the target i (the query).
+  (the key), ``edge_index[1]`` the target i (the query). :func:`pooling` is the edge
+  list of attention pooling (node j -> its graph ``index[j]``), built from PyG's
+  ``index`` without reading it (no host synchronisation, nothing for torch.compile to
+  break on).
 
 The first three are *dense*: the engine computes them over padded blocks and never
 builds the all-pairs edge list unless weights are requested. Every topology has a
@@ -26,9 +29,14 @@ import torch
 from torch import Tensor
 
 
+def _long(t: Tensor | list[int]) -> Tensor:
+    """A long tensor: a tensor keeps its device, a Python list goes to the CPU."""
+    return t.long() if isinstance(t, Tensor) else torch.as_tensor(t, dtype=torch.long)
+
+
 def ptr_from_sizes(sizes: Tensor | list[int]) -> Tensor:
     """Offsets of consecutive sets: sizes (G,) -> ptr (G + 1,) with ptr[0] = 0."""
-    sizes = torch.as_tensor(sizes, dtype=torch.long)
+    sizes = _long(sizes)
     return torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])
 
 
@@ -44,12 +52,14 @@ def ptr_from_batch(batch: Tensor, num_graphs: int | None = None) -> Tensor:
         num_graphs = int(batch.max()) + 1 if batch.numel() else 0
     if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
         raise ValueError("batch must be sorted ascending (PyG's convention)")
-    sizes = torch.bincount(batch, minlength=num_graphs)  # (G,)
+    if batch.numel() and (int(batch[0]) < 0 or int(batch[-1]) >= num_graphs):
+        raise ValueError(f"batch holds graphs outside [0, {num_graphs}) (num_graphs too small?)")
+    sizes = batch.new_zeros(num_graphs).index_add_(0, batch, torch.ones_like(batch))  # (G,)
     return ptr_from_sizes(sizes)
 
 
 def _check_ptr(ptr: Tensor, name: str) -> Tensor:
-    ptr = torch.as_tensor(ptr, dtype=torch.long)
+    ptr = _long(ptr)
     if ptr.dim() != 1 or ptr.numel() < 1 or int(ptr[0]) != 0:
         raise ValueError(f"{name} must be 1-D offsets starting at 0, got {ptr.tolist()[:8]}")
     if bool((ptr[1:] < ptr[:-1]).any()):
@@ -98,16 +108,20 @@ class Bipartite:
         """All pairs, target-major: (2, E) with row 0 = source j, row 1 = target i."""
         if "edge_index" in self._cache:
             return self._cache["edge_index"]
+        device = self.ptr_q.device
         if bool((self.sizes_q == 1).all()):
             # one query per set (pooling): key j -> the query of its set, keys ascending
-            graph = torch.repeat_interleave(torch.arange(self.sizes_kv.numel()),
+            graph = torch.repeat_interleave(torch.arange(self.sizes_kv.numel(), device=device),
                                             self.sizes_kv)  # (E,) = (Nk,)
-            self._cache["edge_index"] = torch.stack([torch.arange(graph.numel()), graph])
+            keys = torch.arange(graph.numel(), device=device)  # (E,)
+            self._cache["edge_index"] = torch.stack([keys, graph])
         else:
             nq, nk = self.sizes_q, self.sizes_kv
             per_set = nq * nk  # (G,)
-            graph = torch.repeat_interleave(torch.arange(nq.numel()), per_set)  # (E,)
-            local = torch.arange(int(per_set.sum())) - self.edge_offsets()[:-1][graph]  # (E,)
+            graph = torch.repeat_interleave(torch.arange(nq.numel(), device=device),
+                                            per_set)  # (E,)
+            pair = torch.arange(int(per_set.sum()), device=device)  # (E,)
+            local = pair - self.edge_offsets()[:-1][graph]  # (E,)
             tgt = self.ptr_q[graph] + torch.div(local, nk[graph], rounding_mode="floor")
             src = self.ptr_kv[graph] + local % nk[graph].clamp_min(1)
             self._cache["edge_index"] = torch.stack([src, tgt])
@@ -146,12 +160,13 @@ class Window:
             valid: (N, 2r + 1) whether that key is inside the query's set.
         """
         if "neighbours" not in self._cache:
-            n = self.num_q
+            n, device = self.num_q, self.ptr.device
             sizes = self.ptr[1:] - self.ptr[:-1]  # (G,)
-            graph = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)  # (N,)
+            graph = torch.repeat_interleave(torch.arange(sizes.numel(), device=device),
+                                            sizes)  # (N,)
             start, stop = self.ptr[:-1][graph], self.ptr[1:][graph]  # (N,), (N,)
-            offsets = torch.arange(-self.radius, self.radius + 1)  # (W,)
-            index = torch.arange(n)[:, None] + offsets[None, :]  # (N, W)
+            offsets = torch.arange(-self.radius, self.radius + 1, device=device)  # (W,)
+            index = torch.arange(n, device=device)[:, None] + offsets[None, :]  # (N, W)
             valid = (index >= start[:, None]) & (index < stop[:, None])  # (N, W)
             index = index.clamp(0, max(n - 1, 0))
             self._cache["neighbours"] = (index, valid)
@@ -164,7 +179,7 @@ class Window:
     def edge_index(self) -> Tensor:
         """Window pairs, target-major, sources ascending: (2, E)."""
         index, valid = self.neighbours()
-        tgt = torch.arange(self.num_q)[:, None].expand_as(index)  # (N, W)
+        tgt = torch.arange(self.num_q, device=index.device)[:, None].expand_as(index)  # (N, W)
         return torch.stack([index[valid], tgt[valid]])
 
 
@@ -176,11 +191,15 @@ class Edges:
         index: (2, E) long; row 0 = source j (key/value), row 1 = target i (query).
         num_q: number of query (target) nodes.
         num_kv: number of key/value (source) nodes.
+        bipartite: sources and targets are different node sets even when their counts
+            agree (:func:`pooling`: graph g is not node g); otherwise they are the same
+            set exactly when ``num_q == num_kv``.
     """
 
     index: Tensor
     num_q: int
     num_kv: int
+    bipartite: bool = False
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -247,8 +266,15 @@ def edges(edge_index: Tensor, num_nodes: int | tuple[int, int] | None = None) ->
         edge_index: (2, E) long, PyG order (row 0 source j, row 1 target i).
         num_nodes: N for a graph over one node set, or ``(num_src, num_dst)`` for a
             bipartite graph; inferred from the largest index when omitted.
+
+    Under ``torch.compile`` the node indices are not checked against ``num_nodes`` here
+    (that needs their values on the host: a graph break); an index out of range then
+    fails inside the gather and scatter kernels instead. Give ``num_nodes`` there.
     """
-    edge_index = torch.as_tensor(edge_index)
+    if not isinstance(edge_index, Tensor):
+        edge_index = torch.as_tensor(edge_index)  # a Python list: on the CPU
+    if torch.compiler.is_compiling():  # no memo: cached Python objects would become guards
+        return _make_edges(edge_index, num_nodes)
     key = tuple(num_nodes) if isinstance(num_nodes, (tuple, list)) else num_nodes
     if _last_edges:
         t, version, last_key, top = _last_edges[0]
@@ -272,7 +298,7 @@ def _make_edges(edge_index: Tensor, num_nodes: int | tuple[int, int] | None) -> 
         num_src = num_dst = num_nodes
     else:
         num_src, num_dst = (int(n) for n in num_nodes)
-    if edge_index.numel():
+    if edge_index.numel() and not torch.compiler.is_compiling():
         if int(edge_index.min()) < 0:
             raise ValueError("edge_index has negative node indices")
         if int(edge_index[0].max()) >= num_src or int(edge_index[1].max()) >= num_dst:
@@ -280,3 +306,27 @@ def _make_edges(edge_index: Tensor, num_nodes: int | tuple[int, int] | None) -> 
                 f"edge_index refers to nodes beyond num_nodes=({num_src}, {num_dst})"
             )
     return Edges(edge_index, num_q=num_dst, num_kv=num_src)
+
+
+def pooling(index: Tensor, num_graphs: int) -> Edges:
+    """Attention pooling: the query of graph g attends to every node j with ``index[j] == g``.
+
+    The same edges, in the same order, as ``bipartite(arange(G + 1), ptr)`` when ``index``
+    is sorted (PyG's ``batch``), but ``index`` may come in any order (PyG's aggregations
+    get unsorted edge targets) and nothing is read from it: the edge list is
+    ``(arange(N), index)``.
+
+    Args:
+        index: (N,) graph of every node, values in [0, num_graphs).
+        num_graphs: G, the number of queries (PyG's ``dim_size``).
+    """
+    if index.dim() != 1:
+        raise ValueError(f"index must have shape (N,), got {tuple(index.shape)}")
+    index = index.long()
+    if index.numel() and not torch.compiler.is_compiling():
+        if int(index.min()) < 0 or int(index.max()) >= num_graphs:
+            raise ValueError(f"index holds graphs outside [0, {num_graphs}) (num_graphs="
+                             f"{num_graphs}, or dim_size, too small?)")
+    nodes = torch.arange(index.numel(), device=index.device)  # (N,)
+    return Edges(torch.stack([nodes, index]), num_q=num_graphs, num_kv=index.numel(),
+                 bipartite=True)

@@ -67,7 +67,7 @@ def _check_image(image: torch.Tensor, patch_size: int) -> tuple[int, int, int]:
     return channels, height // patch_size, width // patch_size
 
 
-def grid_edge_index(grid_shape: tuple[int, int], neighbours: Literal[4, 8] = 4,
+def grid_edge_index(grid_shape: tuple[int, int], neighbours: Literal[4, 8] = 4, *,
                     device: torch.device | str | None = None) -> torch.Tensor:
     """The grid graph over a Gh x Gw grid of patches numbered row-major.
 
@@ -75,7 +75,7 @@ def grid_edge_index(grid_shape: tuple[int, int], neighbours: Literal[4, 8] = 4,
         grid_shape: (Gh, Gw).
         neighbours: 4 (up, down, left, right) or 8 (also the diagonals); every
             patch also attends to itself.
-        device: where to build it (None: the CPU).
+        device: where the edges are built (the CPU by default).
 
     Returns:
         edge_index (2, E) long, row 0 = source j, row 1 = target i, sorted by
@@ -131,7 +131,7 @@ def image_to_patches(
                        torch.arange(cols, device=device).repeat(rows)], dim=1)  # (P, 2)
     data = Data(x=x, pos=pos)
     if grid_edges is not None:
-        data.edge_index = grid_edge_index((rows, cols), grid_edges, device)
+        data.edge_index = grid_edge_index((rows, cols), grid_edges, device=device)
     if y is not None:
         data.y = torch.tensor([y], dtype=torch.long, device=device)
     return data

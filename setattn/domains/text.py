@@ -229,14 +229,14 @@ class Vocabulary:
             raise ValueError(f"{path}: {err}") from None
 
 
-def window_edge_index(num_tokens: int, window: int,
+def window_edge_index(num_tokens: int, window: int, *,
                       device: torch.device | str | None = None) -> torch.Tensor:
     """The local-attention window graph over a sequence.
 
     Args:
         num_tokens: N, the sequence length.
         window: w >= 0; token i attends to tokens i - w .. i + w (itself included).
-        device: where to build it (None: the CPU).
+        device: where the edges are built (the CPU by default).
 
     Returns:
         edge_index (2, E) long, row 0 = source j, row 1 = target i, sorted by
@@ -245,8 +245,8 @@ def window_edge_index(num_tokens: int, window: int,
     if window < 0:
         raise ValueError(f"argument window must be >= 0, got {window}")
     offsets = torch.arange(-window, window + 1, device=device)  # (2w+1,)
-    target = torch.arange(num_tokens, device=device).unsqueeze(1).expand(
-        -1, offsets.numel())  # (N, 2w+1)
+    tokens = torch.arange(num_tokens, device=device)  # (N,)
+    target = tokens[:, None].expand(-1, offsets.numel())  # (N, 2w+1)
     source = target + offsets  # (N, 2w+1)
     valid = (source >= 0) & (source < num_tokens)
     return torch.stack([source[valid], target[valid]])  # (2, E)

@@ -119,7 +119,7 @@ def _is_bipartite(top: Topology) -> bool:
     """Whether queries and keys are different node sets."""
     if isinstance(top, Complete | Window):
         return False
-    return isinstance(top, Bipartite) or top.num_q != top.num_kv
+    return isinstance(top, Bipartite) or top.bipartite or top.num_q != top.num_kv
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, top: Topology) -> None:
@@ -136,6 +136,17 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, top: Topology) -> None:
         raise ValueError(f"q has {q.shape[0]} rows but the topology has {top.num_q} queries")
     if k.shape[0] != top.num_kv:
         raise ValueError(f"k has {k.shape[0]} rows but the topology has {top.num_kv} keys")
+    where = _device(top)
+    if where != q.device:
+        raise ValueError(f"the topology's index tensors are on {where} but q is on {q.device}: "
+                         f"build the topology from tensors on {q.device} (ptr.to(q.device))")
+
+
+def _device(top: Topology) -> torch.device:
+    """The device of a topology's index tensors."""
+    if isinstance(top, Edges):
+        return top.index.device
+    return top.ptr.device if isinstance(top, Window) else top.ptr_q.device
 
 
 def _edge_inputs(top: Topology, heads: int, bias: Tensor | None, mask: Tensor | None,

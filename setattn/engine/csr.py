@@ -46,7 +46,7 @@ def csr_side(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, heads: int) -
     """
     e = rows.numel()
     perm = torch.argsort(rows, stable=True)  # (E,) edges grouped by row
-    deg = torch.bincount(rows, minlength=n_rows)  # (R,)
+    deg = rows.new_zeros(n_rows).index_add_(0, rows, torch.ones_like(rows))  # (R,)
     start = torch.cumsum(deg, 0) - deg  # (R,) first sorted edge of each row
     r = rows[perm]  # (E,)
     local = torch.arange(e, device=rows.device) - start[r]  # (E,) rank within its row
@@ -77,7 +77,7 @@ def _csr(side: CSRSide, values: Tensor) -> Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(side.crow, side.col, values, size=side.shape,
-                                       check_invariants=False)
+                                       device=values.device, check_invariants=False)
 
 
 def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:

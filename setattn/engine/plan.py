@@ -5,7 +5,7 @@ All paths give the same numbers (to float rounding); they differ in speed and me
 and whether torch.compile is tracing; ``attend(..., path=...)`` overrides it with any
 path that applies (:func:`forced_path` says which do not, and why).
 
-The paths (:class:`EnginePath`) and what they compute:
+The paths (:class:`EnginePath`) and what they compute::
 
     DENSE_SDPA     sets padded in size buckets, (B, H, Lq, Lk) blocks; one
                    ``scaled_dot_product_attention`` per bucket
@@ -20,7 +20,7 @@ The paths (:class:`EnginePath`) and what they compute:
     SPARSE_GATHER  segment softmax over an edge list; gathered (E, H, D) messages
                    summed by index_add
 
-plan()'s decisions, in the order it makes them:
+plan()'s decisions, in the order it makes them::
 
     topology                        condition                                 path
     ------------------------------  ----------------------------------------  -------------
@@ -44,6 +44,41 @@ benchmarks/results/engine.md) and bipartite topologies with at most one query pe
 (attention pooling: padding them into (B, 1, L) blocks costs more than a segment
 softmax). Weights are wanted when ``attend`` returns them or a ``setattn.capture()``
 block is open. Whether the score is a dot product is asked at the query width.
+
+Per device (:func:`device_rules`, read off the values ``v``): the table above in one
+view, with the evidence behind each column::
+
+    rules          edge lists            windows         complete, bipartite
+    -------------  --------------------  --------------  -------------------------------
+    "cpu"          SPARSE_CSR from       run as edges    DENSE_SDPA, else DENSE_BLOCKS
+    (eager CPU)    CSR_MIN_EDGES on,
+                   else SPARSE_GATHER
+    "cuda"         SPARSE_GATHER         WINDOW_BLOCKS   DENSE_SDPA, else DENSE_BLOCKS
+    "other"        SPARSE_GATHER         WINDOW_BLOCKS   DENSE_SDPA, else DENSE_BLOCKS
+    (torch.compile, MPS, XPU, meta, ...)
+
+FUSED_GATV2 is taken wherever it applies, on every device: it is made of ordinary tensor
+operations (gather, scatter_reduce, index_add), one autograd node around them.
+
+The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
+benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: no GPU was
+available when it was written, and a session with one must verify it (the engine
+reference tests on CUDA, then benchmarks/engine.py and benchmarks/layers.py against PyG
+and plain SDPA) before any GPU figure is claimed. The reasoning:
+
+* DENSE_SDPA hands each bucket to ``scaled_dot_product_attention``, which on CUDA picks
+  its own kernel: FlashAttention for float16/bfloat16 inputs with no ``attn_mask`` (a
+  batch that is one bucket without padding, no mask or bias: the engine passes
+  ``attn_mask=None`` then) and head widths up to 256; the memory-efficient kernel when a
+  boolean or additive mask is needed (padded buckets, masks, biases), float32 included;
+  the math fallback otherwise. The engine's blocks are (B, H, L, D) views whose last
+  dimension is contiguous, as those kernels need.
+* Edge lists gather (E, H, D) messages and sum them with ``index_add`` after a segment
+  softmax built on ``scatter_reduce``: the segment kernels PyG's own GATConv runs on a
+  GPU. The CSR path (cuSPARSE SpMM and SDDMM there) is not chosen on CUDA because nothing
+  measured it; ``attend(..., path="sparse_csr")`` still runs it on CUDA tensors, so that
+  a GPU session can.
+* Windows stay gathered (N, 2r + 1) blocks: regular dense work, no CSR layouts to build.
 
 Sub-choices made inside a path, from what only the path has (the prepared queries
 and keys); the functions below make them:
@@ -171,9 +206,25 @@ def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | No
     return params is not None and params[1] >= 0
 
 
+def device_rules(x: Tensor) -> str:
+    """Which column of the per-device table applies to values ``x``: ``"cpu"`` (an eager
+    run on the CPU: measured), ``"cuda"`` (an eager run on a CUDA device: reasoned, not
+    measured) or ``"other"`` (torch.compile tracing, or any other device)."""
+    if torch.compiler.is_compiling():
+        return "other"
+    return x.device.type if x.device.type in ("cpu", "cuda") else "other"
+
+
 def csr_kernels_serve(x: Tensor) -> bool:
-    """CSR kernels serve eager CPU runs; compiled or accelerator runs use index_add."""
-    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+    """plan() picks the CSR kernels on eager CPU runs only; CUDA, compiled and other
+    runs use index_add (see the per-device table)."""
+    return device_rules(x) == "cpu"
+
+
+def csr_kernels_run(x: Tensor) -> bool:
+    """A forced SPARSE_CSR can run: eager CPU or CUDA tensors (torch's CSR kernels exist
+    for both; only the CPU ones are measured)."""
+    return device_rules(x) in ("cpu", "cuda")
 
 
 def csr_fits(top: Edges) -> bool:
@@ -270,7 +321,7 @@ def forced_path(path: EnginePath | str, q: Tensor, k: Tensor, v: Tensor, topolog
 
 
 def _csr_applies(v: Tensor, topology: Topology) -> tuple[bool, str]:
-    if not csr_kernels_serve(v):
-        return False, "runs on CPU tensors outside torch.compile only"
+    if not csr_kernels_run(v):
+        return False, "runs on CPU or CUDA tensors outside torch.compile only"
     top = topology if isinstance(topology, Edges) else edge_view(topology)
     return csr_fits(top), "needs at most Nq * Nk edges (repeated edges can exceed that)"

@@ -93,7 +93,7 @@ def hard_edges(w: Tensor, index: Tensor, num_segments: int, k: int,
     # sort by target ascending, then weight descending
     key = index[:, None].double() + 0.25 * (1.0 - wd)  # (E, H), in [t, t + 0.5]
     order = key.argsort(dim=0, stable=True)  # (E, H)
-    counts = torch.bincount(index, minlength=num_segments)  # (N,)
+    counts = index.new_zeros(num_segments).index_add_(0, index, torch.ones_like(index))  # (N,)
     starts = torch.cumsum(counts, 0) - counts  # (N,)
     sorted_index = index.sort(stable=True).values  # (E,) same for every head
     rank_sorted = torch.arange(e, device=w.device) - starts[sorted_index]  # (E,)

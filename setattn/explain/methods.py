@@ -72,7 +72,8 @@ def attention_contributions(forward: Forward, data: Data, key: str, target: int 
     n = data.num_nodes
     queries = int(graph.edge_index[1].unique().numel())
     weights = graph.weights.float().mean(1)  # (E,) mean over heads
-    per_node = torch.zeros(n).index_add_(0, graph.edge_index[0], weights)  # (N,)
+    per_node = torch.zeros(n, device=weights.device).index_add_(  # (N,)
+        0, graph.edge_index[0], weights)
     return Attribution(per_node * n / queries, "attention", float(prediction), None,
                        centre=1.0, note=f"attention weight of {key!r} x {n} nodes "
                        "(1 = uniform); not a contribution to the output")
@@ -187,15 +188,16 @@ def occlusion(forward: Forward, data: Data, variants: Sequence[Data | None], tar
     """
     kept = [v for v in variants if v is not None]
     outs = _output(forward, [data, *kept], target)  # (1 + K,)
-    values = torch.full((len(variants),), float("nan"))
-    index = torch.tensor([i for i, v in enumerate(variants) if v is not None], dtype=torch.long)
+    values = torch.full((len(variants),), float("nan"), device=outs.device)  # (N,)
+    index = torch.tensor([i for i, v in enumerate(variants) if v is not None],
+                         dtype=torch.long, device=outs.device)  # (K,)
     values[index] = outs[0] - outs[1:]
     return Attribution(values, "occlusion", float(outs[0]), None, note=note)
 
 
 def remove_node(data: Data, i: int) -> Data:
     """``data`` without node i and its edges (other node and edge attributes kept)."""
-    keep = torch.ones(data.num_nodes, dtype=torch.bool)
+    keep = torch.ones(data.num_nodes, dtype=torch.bool, device=data.x.device)  # (N,)
     keep[i] = False
     edge_index, edge_attr = subgraph(keep, data.edge_index, data.get("edge_attr"),
                                      relabel_nodes=True, num_nodes=data.num_nodes)

@@ -29,17 +29,19 @@ def pack(data: list[Data], descriptor_dim: int) -> dict:
     edges = torch.tensor([0] + [d.edge_index.shape[1] for d in data],
                          device=device).cumsum(0)  # (M + 1,)
     packed = {
-        "x": torch.cat([d.x for d in data]) if data else torch.zeros(0, 0),  # (sum N, F)
+        "x": torch.cat([d.x for d in data]) if data  # (sum N, F)
+        else torch.zeros(0, 0, device=device),
         "node_ptr": nodes,
         "edge_index": torch.cat([d.edge_index for d in data], 1) if data
-        else torch.zeros(2, 0, dtype=torch.long),  # (2, sum E), local node numbers
-        "edge_attr": torch.cat([d.edge_attr for d in data]) if data else torch.zeros(0, 0),
+        else torch.zeros(2, 0, dtype=torch.long, device=device),  # (2, sum E), local node numbers
+        "edge_attr": torch.cat([d.edge_attr for d in data]) if data
+        else torch.zeros(0, 0, device=device),
         "edge_ptr": edges,
         "smiles": [d.smiles for d in data],
     }
     if descriptor_dim:
         packed["descriptors"] = torch.cat([d.descriptors for d in data]) if data \
-            else torch.zeros(0, descriptor_dim)  # (M, F_desc)
+            else torch.zeros(0, descriptor_dim, device=device)  # (M, F_desc)
     return packed
 
 
@@ -156,4 +158,4 @@ def batches(data: Sequence[Data], batch_size: int = 256) -> list[Batch]:
 
 def stacked_targets(data: Sequence[Data], num_tasks: int = 1) -> Tensor:
     """(M, T) targets of the molecules, stacked (a (0, ``num_tasks``) tensor for none)."""
-    return torch.cat([d.y for d in data]) if data else torch.zeros(0, num_tasks)
+    return torch.cat([d.y for d in data]) if data else torch.zeros(0, num_tasks, device="cpu")

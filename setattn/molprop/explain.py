@@ -178,7 +178,7 @@ def explain_molecule(model: MoleculeModel, smiles: str, method: str = DEFAULT_ME
     whole, mol, atoms = _fragment(smiles)
     data = featurize(smiles, model.config.descriptor_dim, max_heavy_atoms=max_heavy_atoms)
     attribution = _attribute(model, mol, data, method, target)
-    values = torch.zeros(whole.GetNumAtoms())  # (N_all,)
+    values = torch.zeros(whole.GetNumAtoms(), device="cpu")  # (N_all,): explain runs on the CPU
     values[atoms] = attribution.values.float()
     attribution.values = values
     classification = model.config.task != "regression"

@@ -174,7 +174,7 @@ def _featurize_chunk(task: tuple[list[int], list[str], str, int, int]) -> tuple[
         if note:
             notes.append([row, s, note])
     packed = pack(data, descriptor_dim)
-    packed["row"] = torch.tensor(done, dtype=torch.long)
+    packed["row"] = torch.tensor(done, dtype=torch.long, device="cpu")  # featurised on the CPU
     packed["notes"] = notes
     return packed, failures
 

@@ -247,7 +247,8 @@ class MoleculeModel(nn.Module):
             (G, T) standardised regression outputs or classification logits.
         """
         g = batch.num_graphs
-        edge_index, edge_attr = add_self_loops(batch.edge_index, batch.edge_attr, batch.num_nodes)
+        edge_index, edge_attr = add_self_loops(batch.edge_index, batch.edge_attr,
+                                               batch.x.shape[0])  # N, static under compile
         h = self.embed(batch.x)  # (N, D)
         for conv, norm in zip(self.convs, self.norms):
             h = h + F.elu(_float32(conv, norm(h), edge_index, edge_attr))  # (N, D)

@@ -47,7 +47,7 @@ def predict(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -
     model.eval()
     device = model_device(model)
     outs = [model.predict(to_device(batch, device)) for batch in batches(data, batch_size)]
-    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks)
+    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks, device="cpu")
 
 
 def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
@@ -68,7 +68,7 @@ def outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
     model.eval()
     device = model_device(model)
     outs = [model(to_device(batch, device)) for batch in batched]
-    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks)
+    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks, device="cpu")
 
 
 @torch.no_grad()
@@ -76,7 +76,7 @@ def kernel_outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
     """(M, T) standardised predictions of the model's kernel ridge alone, as ``outputs``."""
     device = model_device(model)
     outs = [model.kernel_outputs(to_device(batch, device)) for batch in batched]
-    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks)
+    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks, device="cpu")
 
 
 def _read_chunks(records: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
@@ -123,11 +123,12 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
             errors.append(f"note: {note}" if note else "")
         except InvalidSmilesError as err:
             errors.append(_message(err))
-    mean = torch.full((len(smiles), num_tasks), float("nan"))  # (M, T)
-    std = torch.full((len(smiles), num_tasks), float("nan"))  # (M, T)
+    # the chunk's output table: on the CPU, where ``predict`` returns its rows
+    mean = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
+    std = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
     if data:
         stacked = torch.stack([predict(model, data) for model in models])  # (K, M_ok, T)
-        index = torch.tensor(ok)
+        index = torch.tensor(ok, device="cpu")  # (M_ok,)
         mean[index] = stacked.mean(0)
         std[index] = stacked.std(0, correction=0)
     return mean, std, errors

@@ -4,11 +4,16 @@ Pooling (``GlobalAttentionPool``, ``PMA``), multi-head attention over any topolo
 (``MultiHeadAttention``), graph attention with PyG's call (``GATConv``, ``GATv2Conv``),
 blocks (``TransformerBlock``, ``MAB``, ``SAB``, ``ISAB``) and positional encodings.
 Set layers take PyG's ``(x, batch)`` or ``(x, ptr=ptr)``.
+
+The conv layers are PyG ``MessagePassing`` modules and the pools PyG ``Aggregation``
+modules (``to_hetero``, explainers, ``aggr=``); ``load_pyg_state_dict`` /
+``pyg_state_dict`` convert a model's weights from / to PyG's parameter names.
 """
 
 from setattn.nn.attention import MultiHeadAttention, set_ptr
 from setattn.nn.blocks import ISAB, MAB, SAB, TransformerBlock
 from setattn.nn.conv import GATConv, GATv2Conv
+from setattn.nn.conv_base import AttentionConv, load_pyg_state_dict, pyg_state_dict
 from setattn.nn.pooling import PMA, GlobalAttentionPool
 from setattn.nn.positional import (
     AddLaplacianEigenvectorPE,
@@ -27,6 +32,7 @@ __all__ = [
     "SAB",
     "AddLaplacianEigenvectorPE",
     "AddRandomWalkPE",
+    "AttentionConv",
     "GATConv",
     "GATv2Conv",
     "GlobalAttentionPool",
@@ -36,6 +42,8 @@ __all__ = [
     "SinusoidalEncoding",
     "TransformerBlock",
     "grid_positions",
+    "load_pyg_state_dict",
+    "pyg_state_dict",
     "set_positions",
     "set_ptr",
 ]

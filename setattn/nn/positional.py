@@ -33,9 +33,11 @@ def set_positions(ptr: Tensor) -> Tensor:
     return torch.arange(int(ptr[-1]), device=ptr.device) - start
 
 
-def grid_positions(height: int, width: int) -> Tensor:
-    """(height * width, 2) (row, column) of every patch, row-major."""
-    rows, cols = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+def grid_positions(height: int, width: int, device: torch.device | str | None = None) -> Tensor:
+    """(height * width, 2) (row, column) of every patch, row-major, on ``device`` (the CPU
+    by default)."""
+    rows, cols = torch.meshgrid(torch.arange(height, device=device),
+                                torch.arange(width, device=device), indexing="ij")
     return torch.stack([rows.flatten(), cols.flatten()], dim=1)
 
 

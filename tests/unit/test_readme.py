@@ -21,3 +21,13 @@ def test_readme_engine_example_runs():
     weights = eval(lines[2])  # a dict of floats printed by the example
     assert set(weights) == {"weight", "head0", "head1"}
     assert abs(weights["weight"] - (weights["head0"] + weights["head1"]) / 2) < 1e-6
+
+
+def test_readme_pyg_example_runs():
+    text = README.read_text()
+    section = text[text.index("## Using setattn layers in PyG models"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    assert out.getvalue().splitlines() == ["True (8, 2)"]
