@@ -31,6 +31,7 @@ from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig
 from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import DEFAULT_METHOD, explain_smiles
+from setattn.molprop.loop import quiet
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.predict import predict_smiles
 from setattn.molprop.run import run_training
@@ -42,10 +43,6 @@ DATA_FILE = "data.csv"
 """The CSV that ``fit`` writes into the run directory (the run's ``--data``)."""
 
 _NOT_OPTIONS = ("data", "task", "descriptors")  # set by fit, or keywords of their own
-
-
-def _quiet(line: str) -> None:
-    """The log of ``verbose=False``."""
 
 
 def _smiles_list(smiles: str | Sequence[str], name: str) -> list[str]:
@@ -223,7 +220,7 @@ class MoleculePredictor:
         out, tmp = self._new_run_dir()  # a failed fit leaves the last run as it was
         _write_data(out / DATA_FILE, header, smiles, targets, parts)
         run = self._run_config(str((out / DATA_FILE).resolve()), names, **override)
-        metrics = run_training(run, out, log=print if self.verbose else _quiet)
+        metrics = run_training(run, out, log=print if self.verbose else quiet)
         self.models, self.meta = load_run(out, resolve_device(run.train.device))
         self.metrics, self.run_dir, self._tmp = metrics, out, tmp
         return self

@@ -44,6 +44,7 @@ from setattn.explain import (
     occlusion,
     readout_contributions,
 )
+from setattn.molprop.batching import collate_molecules
 from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
@@ -187,7 +188,7 @@ def explain_molecule(model: MoleculeModel, smiles: str, method: str = DEFAULT_ME
     probability = None
     if classification:
         with torch.no_grad():
-            probability = float(model.predict(Batch.from_data_list([data]))[0, target])
+            probability = float(model.predict(collate_molecules([data]))[0, target])
     symbols = [a.GetSymbol() for a in whole.GetAtoms()]
     return MoleculeExplanation(smiles, symbols, attribution, unit, probability)
 

@@ -366,7 +366,7 @@ def fit(
         metric was never finite.
     """
     clock, out_dir, w = time.perf_counter(), Path(out_dir), distributed.world()
-    log = log if w.is_main else _quiet
+    log = log if w.is_main else quiet
     training = _set_up(model, train_data, val_data, config)
     best_path = out_dir / "best.pt"
     last = _LastCheckpoint(out_dir / "last.pt", checkpoint_seconds, w.is_main)
@@ -399,8 +399,9 @@ def fit(
                      progress.monitor, list(progress.rows), time.perf_counter() - clock)
 
 
-def _quiet(line: str) -> None:
-    """The log of ranks other than 0: they train in silence."""
+def quiet(line: str) -> None:
+    """A log that prints nothing: ranks other than 0 train in silence, and the API
+    with ``verbose=False``."""
 
 
 def _load_best(path: Path, device: torch.device) -> MoleculeModel | None:

@@ -43,7 +43,7 @@ from setattn.molprop.batching import batches, stacked_targets
 from setattn.molprop.config import KERNEL_MAX_TRAIN, RunConfig, TrainConfig
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
-from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit
+from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
 from setattn.molprop.outputs import RunLock
@@ -53,10 +53,6 @@ from setattn.viz import plot_training_curve
 __all__ = ["fit_kernel", "report_failures", "run_training"]
 
 Log = Callable[[str], None]
-
-
-def _quiet(line: str) -> None:
-    """The log of ranks other than 0."""
 
 
 def _check_labels(data: Sequence[Data], run: RunConfig) -> None:
@@ -397,7 +393,7 @@ def run_training(
     start = time.perf_counter()
     out = Path(output_dir)
     main = distributed.world().is_main  # under torchrun only rank 0 writes files and prints
-    log = log if main else _quiet
+    log = log if main else quiet
     _check_memory(run)  # the model's size alone, before anything is read or allocated
     run.validate()
     lock = _claim(out, main, resume)

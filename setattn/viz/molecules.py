@@ -31,6 +31,15 @@ _LOW = np.array([1.0, 1.0, 1.0])  # weight 0: white
 _HIGH = np.array([0.84, 0.15, 0.16])  # the largest weight of a panel: red
 
 
+def _picture_path(path: str | Path) -> Path:
+    """``path`` as a ``Path``; a ValueError unless it ends in .png or .svg."""
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"{path}: the picture must end in .png or .svg, not "
+                         f"{path.suffix.lower()!r}")
+    return path
+
+
 def weight_colour(w: float) -> tuple[float, float, float]:
     """RGB colour of a weight in [0, 1], white (0) to red (1)."""
     w = min(max(float(w), 0.0), 1.0)
@@ -76,10 +85,7 @@ def draw_atom_weights(
         InvalidSmilesError: if ``smiles`` does not parse.
         ValueError: for an unknown suffix, or weights that do not match the atoms.
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".png", ".svg"):
-        raise ValueError(f"{path}: the picture must end in .png or .svg, not {suffix!r}")
+    path = _picture_path(path)
     mol = keep_largest_fragment(parse_smiles(smiles))
     w = np.asarray(torch.as_tensor(weights, dtype=torch.float64).detach().cpu())
     w = w[None] if w.ndim == 1 else w  # (P, N)
@@ -101,7 +107,7 @@ def draw_atom_weights(
     columns = min(panels, 3)
     rows = math.ceil(panels / columns)
     width, height = panel_size
-    if suffix == ".png":
+    if path.suffix.lower() == ".png":
         drawer = rdMolDraw2D.MolDraw2DCairo(width * columns, height * rows, width, height)
     else:
         drawer = rdMolDraw2D.MolDraw2DSVG(width * columns, height * rows, width, height)
@@ -116,7 +122,7 @@ def draw_atom_weights(
     )
     drawer.FinishDrawing()
     path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".png":
+    if path.suffix.lower() == ".png":
         path.write_bytes(drawer.GetDrawingText())
     else:
         path.write_text(drawer.GetDrawingText(), encoding="utf-8")
@@ -217,10 +223,7 @@ def draw_atom_contributions(
         InvalidSmilesError: if ``smiles`` does not parse.
         ValueError: for an unknown suffix, or values that do not match the atoms.
     """
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"{path}: the picture must end in .png or .svg, not "
-                         f"{path.suffix.lower()!r}")
+    path = _picture_path(path)
     mol = parse_smiles(smiles)
     v = np.asarray(torch.as_tensor(values, dtype=torch.float64).detach().cpu())  # (N,)
     if v.shape != (mol.GetNumAtoms(),):
