@@ -140,7 +140,10 @@ def score(task: str, mol: Chem.Mol, values: np.ndarray) -> float | None:
     truth = benzene_truth(mol)
     if truth.min() == truth.max():
         return None
-    return float(roc_auc_score(truth, np.nan_to_num(values, nan=-np.inf)))
+    # an atom a method gives no value (NaN) ranks last; sklearn refuses infinities
+    finite = values[np.isfinite(values)]
+    lowest = float(finite.min()) - 1.0 if finite.size else 0.0
+    return float(roc_auc_score(truth, np.where(np.isfinite(values), values, lowest)))
 
 
 def evaluate(task: str, run: Path, part: str, methods: list[str], limit: int) -> dict:

@@ -47,7 +47,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         counts = predict_csv(models, meta["target_columns"], args.data, args.output,
                              smiles_column, workers=args.workers, worker_init=one_thread,
-                             encoding=args.encoding, max_heavy_atoms=max_atoms)
+                             encoding=args.encoding, max_heavy_atoms=max_atoms,
+                             calibration=meta.get("conformal"))
     except BrokenProcessPool:
         print(f"setattn predict: error: a --workers process died (killed, or out of memory); "
               f"{args.output} was not written", file=sys.stderr)
@@ -56,4 +57,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if counts["notes"] else ""
     print(f"wrote {counts['rows']} rows to {args.output} ({len(models)} model(s); "
           f"{counts['errors']} invalid or skipped SMILES with empty predictions{notes})")
+    if meta.get("conformal") is not None:
+        print(f"<target>_lower / _upper: {meta['conformal'].level:.0%} prediction intervals, "
+              f"calibrated on the run's validation part")
     return 0

@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from setattn.files import atomic_open, write_json
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig
+from setattn.molprop.conformal import bounds
 from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import DEFAULT_METHOD, explain_smiles
 from setattn.molprop.loop import quiet
@@ -264,6 +266,23 @@ class MoleculePredictor:
         """(M, T) spread (standard deviation) of the ensemble members' predictions;
         zeros for a single model, NaN rows as in ``predict``."""
         return self._predict(smiles)[1]
+
+    def predict_interval(self, smiles: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper ends, each (M, T), of the prediction intervals that a regression
+        run calibrated on its validation part (``setattn.molprop.conformal``; 90 % by
+        default): about 90 % of new molecules like the validation ones fall inside.
+        NaN rows as in ``predict``.
+
+        Raises:
+            ValueError: for a classification model, or a run saved without a calibration.
+        """
+        calibration = self.meta.get("conformal") if self.meta else None
+        if calibration is None:
+            raise ValueError("MoleculePredictor.predict_interval: this run has no interval "
+                             "calibration (classification, or saved before intervals existed)")
+        mean, std = self._predict(smiles)  # (M, T) each
+        lower, upper = bounds(torch.from_numpy(mean), torch.from_numpy(std), calibration)
+        return lower.numpy(), upper.numpy()
 
     def explain(self, smiles: str, method: str = DEFAULT_METHOD) -> np.ndarray:
         """(N,) each heavy atom's contribution to the first ensemble member's prediction

@@ -12,6 +12,7 @@ never executes code.
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from dataclasses import fields
@@ -23,11 +24,12 @@ from torch import Tensor
 
 from setattn.files import atomic_open
 from setattn.molprop.config import FORMAT, RunConfig
+from setattn.molprop.conformal import Calibration
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
 from setattn.molprop.options import key_error
 
 __all__ = ["CheckpointError", "build_model", "load_checkpoint", "load_model", "load_run",
-           "on_cpu", "save_checkpoint", "snapshot"]
+           "on_cpu", "read_calibration", "save_checkpoint", "snapshot"]
 
 
 class CheckpointError(ValueError):
@@ -173,7 +175,9 @@ def load_run(path: str | Path, device: str | torch.device = "cpu"
     ``device``.
 
     Returns:
-        (models, meta): the K models in eval mode and the first one's metadata.
+        (models, meta): the K models in eval mode and the first one's metadata, with
+        ``meta["conformal"]`` the run's prediction-interval ``Calibration`` where a
+        finished regression run saved one.
 
     Raises:
         FileNotFoundError: naming the folder or file that is missing.
@@ -191,7 +195,28 @@ def load_run(path: str | Path, device: str | torch.device = "cpu"
     run = RunConfig.read(config_path)
     loaded = [load_model(path / f"model_{k}" / "best.pt", device)
               for k in range(run.ensemble_size)]
-    return [m for m, _ in loaded], loaded[0][1]
+    meta = dict(loaded[0][1])
+    calibration = read_calibration(path / "metrics.json")
+    if calibration is not None:
+        meta["conformal"] = calibration
+    return [m for m, _ in loaded], meta
+
+
+def read_calibration(metrics_path: Path) -> Calibration | None:
+    """The prediction-interval calibration a finished run saved in its ``metrics.json``
+    (None: no such file, a classification run, or a run from before intervals).
+
+    Raises:
+        ValueError: naming the file if it is not JSON or its calibration is malformed.
+    """
+    if not metrics_path.is_file():
+        return None
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{metrics_path}: not valid JSON ({err})") from err
+    saved = metrics.get("uncertainty", {}).get("calibration") if isinstance(metrics, dict) else None
+    return None if saved is None else Calibration.from_dict(saved, str(metrics_path))
 
 
 def snapshot(obj: Any) -> Any:

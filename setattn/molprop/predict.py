@@ -25,14 +25,15 @@ from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, 
 from setattn.files import atomic_open
 from setattn.molprop import distributed
 from setattn.molprop.batching import batches
+from setattn.molprop.conformal import Calibration, bounds
 from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.outputs import check_output_file
 
-__all__ = ["CHUNK_ROWS", "ensemble_predict", "kernel_outputs", "outputs", "predict",
-           "predict_all", "predict_csv", "predict_smiles"]
+__all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "kernel_outputs", "outputs",
+           "predict", "predict_all", "predict_csv", "predict_smiles"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
@@ -57,7 +58,15 @@ def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
 
 def ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> Tensor:
     """(M, T) mean prediction of the models (all ranks together)."""
-    return torch.stack([predict_all(m, data) for m in models]).mean(0)
+    return ensemble_spread(models, data)[0]
+
+
+def ensemble_spread(models: Sequence[MoleculeModel], data: Sequence[Data]
+                    ) -> tuple[Tensor, Tensor]:
+    """Mean (M, T) and standard deviation (M, T, zeros for one model) of the models'
+    predictions (all ranks together)."""
+    stacked = torch.stack([predict_all(m, data) for m in models])  # (K, M, T)
+    return stacked.mean(0), stacked.std(0, correction=0)
 
 
 @torch.no_grad()
@@ -211,11 +220,14 @@ def _cell(value: float) -> str:
 def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: str | Path,
                 output: str | Path, smiles_column: str, chunk_rows: int = CHUNK_ROWS,
                 workers: int = 1, worker_init: Callable[[], None] | None = None, *,
-                encoding: str | None = None, max_heavy_atoms: int = MAX_HEAVY_ATOMS) -> dict:
+                encoding: str | None = None, max_heavy_atoms: int = MAX_HEAVY_ATOMS,
+                calibration: Calibration | None = None) -> dict:
     """Stream ``data`` through the models into ``output``, ``chunk_rows`` rows at a time.
 
     The output has the columns ``smiles_column``, one per target, ``<target>_std``
-    per target when there are several models, and ``error``; one row per input row,
+    per target when there are several models, ``<target>_lower`` and ``<target>_upper``
+    (the prediction interval) per target with a ``calibration``, and ``error``; one row
+    per input row,
     in order. ``error`` is empty for a molecule predicted as written, starts with
     "note: " for one predicted with a remark (a salt or mixture: its largest fragment),
     and otherwise says why the row has no predictions (an invalid SMILES, or a molecule
@@ -231,6 +243,8 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
             worker to one torch thread there).
         encoding: the text encoding of ``data`` (None: UTF-8, or UTF-16 with its BOM).
         max_heavy_atoms: larger molecules get no prediction.
+        calibration: a regression run's conformal calibration (``load_run``'s
+            ``meta["conformal"]``): adds each target's interval.
 
     Returns:
         ``{"rows": ..., "errors": ..., "notes": ...}`` counts.
@@ -244,6 +258,8 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
     header_out = [smiles_column, *targets]
     if len(models) > 1:
         header_out += [f"{t}_std" for t in targets]
+    if calibration is not None:
+        header_out += [f"{t}_{end}" for t in targets for end in ("lower", "upper")]
     header_out.append("error")
     counts = {"rows": 0, "errors": 0, "notes": 0}
     with open_csv(data, encoding) as table:
@@ -256,7 +272,8 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
             stream = _predict_stream(models, tasks, source, workers, worker_init,
                                      max_heavy_atoms)
             for smiles, (mean, std, messages) in stream:
-                _write_rows(writer, smiles, mean, std, messages, len(models) > 1)
+                _write_rows(writer, smiles, mean, std, messages, len(models) > 1,
+                            calibration)
                 counts["rows"] += len(smiles)
                 counts["notes"] += sum(1 for m in messages if m.startswith("note: "))
                 counts["errors"] += sum(1 for m in messages if m and not m.startswith("note: "))
@@ -264,13 +281,18 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
 
 
 def _write_rows(writer, smiles: list[str], mean: torch.Tensor, std: torch.Tensor,
-                messages: list[str], spread: bool) -> None:
-    """One output row per SMILES: it, the (T,) means, the (T,) stds if ``spread``, the
-    message."""
+                messages: list[str], spread: bool, calibration: Calibration | None) -> None:
+    """One output row per SMILES: it, the (T,) means, the (T,) stds if ``spread``, each
+    target's interval ends with a ``calibration``, the message."""
+    if calibration is not None:
+        lower, upper = bounds(mean, std, calibration)  # (M, T) each
+        ends = torch.stack([lower, upper], dim=2).flatten(1)  # (M, 2T): t's lower, upper
     for m, text in enumerate(smiles):
         cells = [text, *(_cell(v) for v in mean[m].tolist())]
         if spread:
             cells += [_cell(v) for v in std[m].tolist()]
+        if calibration is not None:
+            cells += [_cell(v) for v in ends[m].tolist()]
         writer.writerow([*cells, messages[m]])
 
 

@@ -17,7 +17,8 @@ What a run directory holds::
     curve.png          training loss and validation metric per epoch
     metrics.json       test and validation metrics (undefined ones with their reason),
                        split sizes, skipped rows, notes (salts: the largest fragment kept),
-                       times
+                       times; for regression the calibration of the 90 % prediction
+                       intervals and how they did (``setattn.molprop.conformal``)
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from setattn.datasets.files import quotable, read_column
 from setattn.datasets.molecules import MoleculeNote
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, short_smiles
 from setattn.files import atomic_open, write_json
-from setattn.molprop import distributed, limits, provenance, splits
+from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import batches, stacked_targets
 from setattn.molprop.config import KERNEL_MAX_TRAIN, RunConfig, TrainConfig
 from setattn.molprop.featurize import featurize_csv
@@ -47,7 +48,7 @@ from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
 from setattn.molprop.outputs import RunLock
-from setattn.molprop.predict import ensemble_predict, kernel_outputs, outputs, predict_all
+from setattn.molprop.predict import ensemble_spread, kernel_outputs, outputs, predict_all
 from setattn.viz import plot_training_curve
 
 __all__ = ["fit_kernel", "report_failures", "run_training"]
@@ -329,13 +330,14 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
     names, task = run.target_columns, run.task
     models = [r.model for r in results]
     test_y = stacked_targets(parts.test, len(names))  # (M_test, T)
+    val_y = stacked_targets(parts.val, len(names))  # (M_val, T)
+    test_mean, test_std = ensemble_spread(models, parts.test)  # (M_test, T) each
+    val_mean, val_std = ensemble_spread(models, parts.val)  # (M_val, T) each
     metrics = {
         "task": task,
         "targets": list(names),
-        "test": evaluate(test_y, ensemble_predict(models, parts.test), task, names,
-                         "test part"),
-        "val": evaluate(stacked_targets(parts.val), ensemble_predict(models, parts.val), task,
-                        names, "validation part"),
+        "test": evaluate(test_y, test_mean, task, names, "test part"),
+        "val": evaluate(val_y, val_mean, task, names, "validation part"),
         "models": [{"best_epoch": r.best_epoch, "epochs_run": len(r.rows),
                     "test": evaluate(test_y, predict_all(r.model, parts.test), task, names,
                                      "test part")}
@@ -346,6 +348,14 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
         "skipped_rows": _skipped(parts.failures),
         "notes": [n._asdict() for n in parts.notes],
     }
+    if task == "regression":
+        cal = conformal.calibrate(val_y, val_mean, val_std)
+        metrics["uncertainty"] = {
+            "method": "split conformal on the validation part, "
+                      + ("scaled by the ensemble's std" if len(models) > 1 else "constant width"),
+            "calibration": cal.to_dict(),
+            "val": conformal.interval_report(val_y, val_mean, val_std, cal),
+            "test": conformal.interval_report(test_y, test_mean, test_std, cal)}
     if kernel_info is not None:
         metrics["components"] = {
             "blend": float(models[0].blend), "kernel": kernel_info,
@@ -454,4 +464,14 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
     if main:
         rows = [row for r in results for row in r.rows]
         plot_training_curve(rows, out / "curve.png", metric=f"val_{results[0].monitor}")
-    return _metrics(run, parts, results, kernel_info)
+    metrics = _metrics(run, parts, results, kernel_info)
+    if "uncertainty" in metrics:
+        u = metrics["uncertainty"]["test"]
+        if u["coverage"] is not None and u["mean_width"] is not None:
+            log(f"{conformal.LEVEL:.0%} prediction intervals (calibrated on the validation "
+                f"part) hold {u['coverage']:.1%} of the test labels, mean width "
+                f"{u['mean_width']:.3g}")
+        elif u["mean_width"] is None:
+            log(f"note: the validation part has too few labels for {conformal.LEVEL:.0%} "
+                f"prediction intervals of every target: they are unbounded")
+    return metrics

@@ -74,6 +74,8 @@ def cli_ensemble(freesolv, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "ensemble"
     status = cli.main([str(a) for a in ["train", "--data", freesolv, "--target-columns",
                                         "expt", "--epochs", "2", "--ensemble-size", "2",
+                                        # 12 validation molecules: a bounded 90 % interval
+                                        "--split-sizes", "0.7", "0.2", "0.1",
                                         "--output-dir", out, *TINY]])
     assert status == 0
     return out
@@ -101,6 +103,11 @@ def test_a_cli_run_loads_in_the_api(cli_ensemble, freesolv, tmp_path, capsys):
                                rtol=1e-7, equal_nan=True)
     np.testing.assert_allclose(_cells(tmp_path / "preds.csv", "expt_std"), std[:, 0],
                                rtol=1e-6, equal_nan=True)
+    lower, upper = model.predict_interval(queries)  # (12, 1) each
+    np.testing.assert_allclose(_cells(tmp_path / "preds.csv", "expt_lower"), lower[:, 0],
+                               rtol=1e-6, equal_nan=True)
+    assert np.isfinite(lower[:10]).all() and (lower[:10] < mean[:10]).all()
+    np.testing.assert_allclose(mean[:10] - lower[:10], upper[:10] - mean[:10], rtol=1e-5)
     weights = model.explain(smiles[0], "attention")  # (N,) attention x N
     expected = explain_molecule(load_run(cli_ensemble)[0][0], smiles[0], "attention")
     assert np.array_equal(weights, expected.attribution.values.numpy())
@@ -150,6 +157,9 @@ def test_validation_set_and_multitask_classification(tmp_path):
     assert model.errors[0][0] == 60 and "AtomValenceException" in model.errors[0][2]
     assert len(model.errors) == 1 and all("fragments" in n for _, _, n in model.notes)
     assert [i for i, _, _ in model.notes] == [i for i, s in enumerate(smiles[:60]) if "." in s]
+    assert "uncertainty" not in model.metrics
+    with pytest.raises(ValueError, match="no interval calibration"):
+        model.predict_interval(smiles[:2])
 
 
 @pytest.mark.parametrize("make, error, needle", [

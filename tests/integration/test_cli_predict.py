@@ -4,6 +4,9 @@ ensembles add std columns."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from molecule_runs import BAD_ROWS, BAD_SMILES_CSV, TINY, TOX21_TASKS, read_csv, run, tox21_slice
@@ -42,7 +45,7 @@ def test_rows_stay_aligned_with_errors(ensemble, tmp_path, capsys):
     assert "wrote 41 rows" in stdout and "5 invalid or skipped SMILES" in stdout
     preds = read_csv(output)
     source = read_csv(BAD_SMILES_CSV)
-    assert list(preds[0]) == ["smiles", "logS", "logS_std", "error"]
+    assert list(preds[0]) == ["smiles", "logS", "logS_std", "logS_lower", "logS_upper", "error"]
     assert [p["smiles"] for p in preds] == [s["smiles"] for s in source]
     for row, p in enumerate(preds):
         if row in BAD_ROWS:
@@ -66,6 +69,30 @@ def test_predictions_equal_the_ensemble_mean(ensemble, tmp_path, capsys):
     assert float(row["logS"]) == pytest.approx(each.mean(0).item(), rel=1e-5)
     assert float(row["logS_std"]) == pytest.approx(each.std(0, correction=0).item(),
                                                    rel=1e-4, abs=1e-6)
+
+
+def test_regression_runs_add_calibrated_intervals(ensemble, tmp_path, capsys):
+    metrics = json.loads((Path(ensemble) / "metrics.json").read_text())
+    uncertainty = metrics["uncertainty"]
+    assert uncertainty["calibration"]["level"] == 0.9
+    assert 0.0 <= uncertainty["test"]["coverage"] <= 1.0
+    assert uncertainty["test"]["per_target"][0]["molecules"] == metrics["split"]["test"]
+    output = tmp_path / "preds.csv"
+    status, out, _ = run(["predict", "--model", ensemble, "--data", BAD_SMILES_CSV,
+                          "--output", output], capsys)
+    assert status == 0 and "90% prediction intervals" in out
+    rows = read_csv(output)
+    assert list(rows[0])[-3:] == ["logS_lower", "logS_upper", "error"]
+    cal = uncertainty["calibration"]
+    for row in rows:
+        if row["error"] and not row["error"].startswith("note: "):
+            assert row["logS_lower"] == row["logS_upper"] == ""
+            continue
+        # 4 validation labels are too few for a 90 % interval: it is unbounded (null)
+        scale = float("inf") if cal["scale"][0] is None else cal["scale"][0]
+        half = scale * (float(row["logS_std"]) + cal["floor"][0])
+        assert float(row["logS_lower"]) == pytest.approx(float(row["logS"]) - half, rel=1e-5)
+        assert float(row["logS_upper"]) == pytest.approx(float(row["logS"]) + half, rel=1e-5)
 
 
 def test_chunks_give_the_same_file(ensemble, tmp_path):

@@ -1,0 +1,167 @@
+"""Prediction intervals for regression by split conformal calibration on the validation part.
+
+After training, the validation molecules (which training never fits, only early-stops
+on) give each target t a scale ``q_t`` such that the interval::
+
+    mean +- q_t * (std + floor_t)
+
+holds the true value for about ``level`` of new molecules drawn like the validation
+ones. ``std`` is the spread of the ensemble's members; ``floor_t`` is the mean
+validation std (1 where the ensemble has one member, or its members agree everywhere:
+then every interval has the same width, plain absolute-residual conformal). ``q_t`` is
+the ``ceil((n + 1) * level)``-th smallest normalised validation error
+``|y - mean| / (std + floor_t)`` of the n labelled validation molecules (Vovk et al.,
+"Algorithmic Learning in a Random World", 2005; Angelopoulos & Bates, "A Gentle
+Introduction to Conformal Prediction", 2021), infinite when n is too small for the level.
+
+The guarantee is marginal and needs the test molecules to be exchangeable with the
+validation ones (a random split); on a scaffold split, coverage of new scaffolds may be
+lower, and the benchmark reports what it is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from scipy.stats import spearmanr
+from torch import Tensor
+
+__all__ = ["LEVEL", "Calibration", "bounds", "calibrate", "interval_report"]
+
+LEVEL = 0.9
+"""Share of molecules a prediction interval is calibrated to hold."""
+
+
+@dataclass
+class Calibration:
+    """A fitted split conformal calibration (saved as the run's ``conformal.json``).
+
+    Attributes:
+        level: the calibrated coverage, e.g. 0.9.
+        scale: q_t per target (T,), in units of ``std + floor``; inf (null in JSON)
+            when the validation part had too few labels for the level.
+        floor: floor_t per target (T,), added to the ensemble std.
+        calibration_size: labelled validation molecules per target (T,).
+    """
+
+    level: float
+    scale: list[float]
+    floor: list[float]
+    calibration_size: list[int]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: an infinite scale becomes None (null)."""
+        d = asdict(self)
+        d["scale"] = [v if math.isfinite(v) else None for v in self.scale]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "conformal.json") -> Calibration:
+        """Raises ValueError naming ``source`` if a key is missing or the lengths differ."""
+        try:
+            # JSON has no infinity: the run's metrics.json writes it as null
+            cal = cls(level=float(d["level"]),
+                      scale=[math.inf if v is None else float(v) for v in d["scale"]],
+                      floor=[float(v) for v in d["floor"]],
+                      calibration_size=[int(v) for v in d["calibration_size"]])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{source}: not a conformal calibration ({err!r})") from err
+        if not len(cal.scale) == len(cal.floor) == len(cal.calibration_size):
+            raise ValueError(f"{source}: scale, floor and calibration_size differ in length")
+        return cal
+
+
+def _quantile_index(n: int, level: float) -> int | None:
+    """0-based rank of the conformal quantile among n sorted scores (None: beyond n)."""
+    k = math.ceil((n + 1) * level)
+    return k - 1 if k <= n else None
+
+
+def calibrate(y: Tensor, mean: Tensor, std: Tensor, level: float = LEVEL) -> Calibration:
+    """Fit the calibration on validation molecules.
+
+    Args:
+        y: (M, T) true values, NaN where missing.
+        mean: (M, T) predictions.
+        std: (M, T) ensemble spreads (zeros for one model).
+        level: the coverage to calibrate, in (0, 1).
+
+    Returns:
+        The ``Calibration``.
+
+    Raises:
+        ValueError: if ``level`` is not in (0, 1) or the shapes differ.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"conformal level must be in (0, 1), got {level}")
+    if not y.shape == mean.shape == std.shape:
+        raise ValueError(f"calibrate: y {tuple(y.shape)}, mean {tuple(mean.shape)} and std "
+                         f"{tuple(std.shape)} must have the same shape")
+    scale, floor, sizes = [], [], []
+    for t in range(y.shape[1]):
+        ok = ~torch.isnan(y[:, t])  # (M,)
+        spread = std[ok, t].double()  # (n,)
+        base = float(spread.mean()) if spread.numel() and float(spread.mean()) > 0 else 1.0
+        scores = ((y[ok, t].double() - mean[ok, t].double()).abs() / (spread + base)).sort()
+        rank = _quantile_index(int(ok.sum()), level)
+        scale.append(float(scores.values[rank]) if rank is not None else math.inf)
+        floor.append(base)
+        sizes.append(int(ok.sum()))
+    return Calibration(level=level, scale=scale, floor=floor, calibration_size=sizes)
+
+
+def bounds(mean: Tensor, std: Tensor, cal: Calibration) -> tuple[Tensor, Tensor]:
+    """Lower and upper interval ends, each (M, T), for predictions ``mean`` (M, T) with
+    ensemble spreads ``std`` (M, T)."""
+    scale = torch.tensor(cal.scale, dtype=mean.dtype, device=mean.device)  # (T,)
+    floor = torch.tensor(cal.floor, dtype=mean.dtype, device=mean.device)  # (T,)
+    half = scale * (std + floor)  # (M, T)
+    return mean - half, mean + half
+
+
+def _finite(values: Tensor) -> float | None:
+    """The mean of ``values`` (L,), or None where it is empty or infinite (as JSON keeps it)."""
+    mean = float(values.double().mean()) if values.numel() else math.inf
+    return mean if math.isfinite(mean) else None
+
+
+def interval_report(y: Tensor, mean: Tensor, std: Tensor, cal: Calibration) -> dict:
+    """How the intervals did on labelled molecules (e.g. the test part).
+
+    Args:
+        y: (M, T) true values, NaN where missing.
+        mean, std: (M, T) predictions and ensemble spreads.
+        cal: the calibration.
+
+    Returns:
+        ``{"level", "coverage", "mean_width", "spearman", "per_target"}``: coverage
+        (share of labels inside their interval) and mean width pooled over the targets'
+        labels (None where a width is infinite); ``spearman`` the Spearman correlation
+        of |error| with std, averaged over targets where it is defined (None where std
+        is constant, e.g. one model).
+    """
+    lower, upper = bounds(mean, std, cal)  # (M, T) each
+    per_target, inside, widths = [], [], []
+    for t in range(y.shape[1]):
+        ok = ~torch.isnan(y[:, t])  # (M,)
+        hit = (y[ok, t] >= lower[ok, t]) & (y[ok, t] <= upper[ok, t])  # (n,)
+        width = upper[ok, t] - lower[ok, t]  # (n,)
+        error = (y[ok, t] - mean[ok, t]).abs()  # (n,)
+        spread = std[ok, t]  # (n,)
+        rho = None
+        if int(ok.sum()) > 2 and float(spread.std()) > 0 and float(error.std()) > 0:
+            rho = float(spearmanr(error.numpy(), spread.numpy()).statistic)
+        per_target.append({"coverage": float(hit.double().mean()) if hit.numel() else None,
+                           "mean_width": _finite(width),
+                           "spearman": rho, "molecules": int(ok.sum())})
+        inside.append(hit)
+        widths.append(width)
+    hits, spans = torch.cat(inside), torch.cat(widths)  # (L,) over all labels
+    rhos = [p["spearman"] for p in per_target if p["spearman"] is not None]
+    return {"level": cal.level,
+            "coverage": float(hits.double().mean()) if hits.numel() else None,
+            "mean_width": _finite(spans),
+            "spearman": sum(rhos) / len(rhos) if rhos else None,
+            "per_target": per_target}
