@@ -45,7 +45,9 @@ trained model(s); setattn's regression kernel ridge also keeps its training
 descriptors and dual weights (printed as "+N kernel ridge"), which no gradient trains.
 Uncertainty: the coverage and Spearman correlation of setattn's split-conformal 90 %
 intervals on the reported part, from ``metrics["uncertainty"]["test"]`` when a run has
-them.
+them (with ``--report val`` they are calibrated on the very part they are scored on, so
+the coverage there says nothing). The split seed also seeds each tool's initialisation
+and batch order (setattn ``--seed``, chemprop ``--pytorch-seed``).
 
 Each finished run is saved at once in ``<--out>/results.json``; a rerun skips runs saved
 with the same settings, so an interrupted benchmark resumes (``molecule_runs``).
