@@ -1,269 +1,170 @@
-"""setattn vs chemprop 2.3.1 on FreeSolv, ESOL and Tox21: test metric and training wall time.
+"""setattn vs chemprop 2.3.1 on six molecule sets, random and scaffold splits.
 
-Run:  .venv/bin/python benchmarks/molecules.py                  (all sets, seeds 0 1 2)
-      .venv/bin/python benchmarks/molecules.py --datasets freesolv --seeds 0
+Run:  .venv/bin/python benchmarks/molecules.py                       (the report: all
+          sets, random and scaffold splits, seeds 10-14, test part, both anchors)
+      .venv/bin/python benchmarks/molecules.py --report val --seeds 20 21 22
+          (for choices: the validation part of dev seeds; the test part is given to no tool)
+      .venv/bin/python benchmarks/molecules.py --print-only           (tables of saved runs)
 
-Both tools train with their default settings on the same CSV and the same random
-80/10/10 split: the split is ``setattn.molprop.splits.random(n, (0.8, 0.1, 0.1), seed)``, which
-``setattn train --split random --seed S`` uses, handed to chemprop as a split column.
-Rows whose SMILES RDKit cannot parse are dropped first (chemprop stops at the first
-such row; Tox21 has 8). Both test metrics are computed by the same code
-(``setattn.molprop.metrics.evaluate``) from each tool's test predictions. Wall time is the whole
-``train`` command (featurisation with setattn's feature cache off, training, evaluation),
-measured here. Training throughput is training molecules x epochs run / training seconds:
-for setattn ``train_seconds`` from ``metrics.json`` (the wall time of ``fit``: set-up,
-training steps, per-epoch validation, checkpoints, loading the best weights; plus the
-kernel ridge's fit), for chemprop the wall time of Lightning's ``Trainer.fit``, read by a
-wrapper (``CHEMPROP_TIMED``) that times that call and otherwise runs chemprop's own
-command line unchanged. Both tools run
-one after another, both limited to the same number of CPU threads (``--threads``, default 1, which
-is setattn's default: on a shared 2-core machine two threads per process slowed both
-tools several-fold). chemprop is installed on first use into ``benchmarks/.venv-chemprop`` with
-``pip install torch==2.13.0 chemprop==2.3.1``.
+Sets (``molecule_sets.SETS``, files in ``datasets/``): FreeSolv (RMSE), ESOL (RMSE), Tox21
+(mean ROC-AUC over 12 tasks), Huuskonen solubility (train and test SD files merged, RMSE),
+BACE1 from ChEMBL as ``bace1`` (pIC50, RMSE) and ``bace1_active`` (active, ROC-AUC). Rows
+whose SMILES RDKit cannot parse are dropped first.
+
+Splits: 80/10/10 by ``setattn.molprop.splits.random`` or ``.scaffold`` (balanced Bemis-
+Murcko scaffold groups, like chemprop's ``scaffold_balanced``) with the run's seed,
+written as a column of a CSV that BOTH tools read (setattn ``--split column``, chemprop
+``--splits-column``), so both train, validate and test on identical molecules; the
+script checks each tool's part sizes and test rows against the column. Seeds 10-14 are
+the report's, and no choice of architecture, default or blend weight may look at them:
+choices are made with ``--report val`` on other seeds. There each split's CSV holds only
+its training and validation rows, the validation rows a second time labelled ``test``;
+every "test" number printed is then a validation number, and no tool sees a test
+molecule. (Both tools also pick their best epoch on that validation part.)
+
+What each tool gets: its defaults, plus ``--setattn-flags`` / ``--chemprop-flags`` when
+given (recorded with each run). Anchors: ``chemprop`` (defaults) and ``chemprop_rdkit``
+(defaults plus ``--molecule-featurizers v1_rdkit_2d_normalized``, chemprop 1's
+normalised RDKit 2D descriptors); ``--matched-width`` adds ``chemprop_w96``
+(``--message-hidden-dim 96 --ffn-hidden-dim 96``, setattn's default width) on the first
+seed of each (set, split), for throughput at matched width. setattn runs with
+``--num-threads T`` and its feature cache off; both tools run one after the other with
+``OMP_NUM_THREADS=MKL_NUM_THREADS=T`` (``--threads``, default 1: on a shared 2-core
+machine two threads per process slowed both tools several-fold). chemprop is installed
+on first use (``chemprop_anchor``). Both tools' test metrics are computed by
+``setattn.molprop.metrics.evaluate`` (setattn's inside ``train``, chemprop's here from its
+``test_predictions.csv``).
+
+Timing: s/run is the wall time of the whole ``train`` command (start-up, featurisation,
+training, evaluation, writing). Training throughput is training molecules x epochs run /
+training seconds: for setattn ``train_seconds`` of ``metrics.json`` (its ``fit`` calls:
+set-up, steps, per-epoch validation, checkpoints, loading the best weights, plus the
+kernel ridge's fit), for chemprop the wall time of Lightning's ``Trainer.fit`` (timed by
+a wrapper around chemprop's own command line). Parameters: trainable parameters of the
+trained model(s); setattn's regression kernel ridge also keeps its training
+descriptors and dual weights (printed as "+N kernel ridge"), which no gradient trains.
+Uncertainty: the coverage and Spearman correlation of setattn's split-conformal 90 %
+intervals on the reported part, from ``metrics["uncertainty"]["test"]`` when a run has
+them (with ``--report val`` they are calibrated on the very part they are scored on, so
+the coverage there says nothing). The split seed also seeds each tool's initialisation
+and batch order (setattn ``--seed``, chemprop ``--pytorch-seed``).
+
+Each finished run is saved at once in ``<--out>/results.json``; a rerun skips runs saved
+with the same settings, so an interrupted benchmark resumes (``molecule_runs``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import os
-import statistics
-import subprocess
+import shlex
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-import torch
-from rdkit import Chem, RDLogger
-
-from setattn.molprop import splits
-from setattn.molprop.metrics import evaluate
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import molecule_sets  # noqa: E402
+from molecule_runs import (  # noqa: E402
+    RunSettings,
+    load_results,
+    record_key,
+    run_job,
+    split_data,
+    tool_flags,
+)
+from molecule_sets import SETS, SPLIT_KINDS  # noqa: E402
+from molecule_tables import print_tables  # noqa: E402
 from util import load_average  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CHEMPROP_VENV = ROOT / "benchmarks" / ".venv-chemprop"
-SIZES = (0.8, 0.1, 0.1)
-
-TOX21_TASKS = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
-               "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53"]
-DATASETS = {
-    "freesolv": ("molecules/freesolv.csv", ["expt"], "regression", "rmse"),
-    "esol": ("molecules/delaney-processed.csv",
-             ["measured log solubility in mols per litre"], "regression", "rmse"),
-    "tox21": ("molecules/tox21.csv", TOX21_TASKS, "classification", "roc_auc"),
-}
+REPORT_SEEDS = (10, 11, 12, 13, 14)
 
 
-def ensure_chemprop() -> Path:
-    """The chemprop executable, installing it into its own virtual environment if needed."""
-    exe = CHEMPROP_VENV / "bin" / "chemprop"
-    if not exe.exists():
-        print(f"installing chemprop 2.3.1 into {CHEMPROP_VENV} ...", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "venv", str(CHEMPROP_VENV)], check=True)
-        pip = [str(CHEMPROP_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, "torch==2.13.0", "chemprop==2.3.1"], check=True)
-    return exe
-
-
-# Runs chemprop's command line, timing Trainer.fit (training epochs with their validation)
-# and counting the epochs it ran; writes {"fit_seconds", "epochs"} to $CHEMPROP_FIT_JSON.
-CHEMPROP_TIMED = """
-import json, os, sys, time
-import lightning.pytorch as pl
-from chemprop.cli.main import main
-
-_fit = pl.Trainer.fit
-
-def timed_fit(self, *args, **kwargs):
-    start = time.perf_counter()
-    out = _fit(self, *args, **kwargs)
-    with open(os.environ["CHEMPROP_FIT_JSON"], "w") as f:
-        json.dump({"fit_seconds": time.perf_counter() - start,
-                   "epochs": self.current_epoch}, f)
-    return out
-
-pl.Trainer.fit = timed_fit
-sys.argv[0] = "chemprop"
-sys.exit(main())
-"""
-
-
-def clean_csv(name: str, seeds: list[int], out: Path) -> tuple[Path, list[str], np.ndarray]:
-    """Write the parsable rows of a data set with one split column per seed.
-
-    Returns:
-        the CSV path, its SMILES in row order, and the (M, T) targets (NaN if missing).
-    """
-    rel, targets, _, _ = DATASETS[name]
-    RDLogger.DisableLog("rdApp.*")
-    with open(ROOT / "datasets" / rel, newline="") as f:
-        rows = [r for r in csv.DictReader(f)
-                if r["smiles"] and Chem.MolFromSmiles(r["smiles"]) is not None]
-    n = len(rows)
-    labels = {}
-    for seed in seeds:
-        part = ["train"] * n
-        _, val, test = splits.random(n, SIZES, seed)
-        for i in val:
-            part[i] = "val"
-        for i in test:
-            part[i] = "test"
-        labels[seed] = part
-    path = out / name / "data.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["smiles", *targets, *[f"split{s}" for s in seeds]])
-        for i, r in enumerate(rows):
-            w.writerow([r["smiles"], *[r[t] for t in targets], *[labels[s][i] for s in seeds]])
-    y = np.array([[float(r[t]) if r[t] != "" else np.nan for t in targets] for r in rows])
-    return path, [r["smiles"] for r in rows], y
-
-
-def _timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               **env_extra)
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-    seconds = time.perf_counter() - t0
-    if res.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed (exit {res.returncode}); see {log}")
-    return seconds
-
-
-def run_setattn(name: str, data: Path, seed: int, out: Path, threads: int,
-                extra: list[str]) -> dict:
-    """Train with setattn's defaults (plus ``extra`` flags); returns the test metric, wall
-    seconds, throughput."""
-    _, targets, task, metric = DATASETS[name]
-    run_dir = out / name / f"setattn_seed{seed}"
-    cmd = [str(Path(sys.executable).parent / "setattn"), "train", "--data", str(data),
-           "--smiles-column", "smiles", "--target-columns", *targets, "--task", task,
-           "--split", "random", "--split-sizes", *map(str, SIZES), "--seed", str(seed),
-           "--output-dir", str(run_dir), "--num-threads", str(threads), *extra]
-    # featurisation from scratch in every run, as chemprop does (no feature cache hit)
-    seconds = _timed(cmd, out / name / f"setattn_seed{seed}.log", threads,
-                     SETATTN_CACHE_DIR="off")
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    epochs = sum(m["epochs_run"] for m in metrics["models"])
-    # a regression run blends a kernel ridge into the network: each part's own test metric
-    parts = metrics.get("components", {}).get("test", {})
-    return {"metric": float(metrics["test"][metric]), "seconds": seconds,
-            "mol_per_s": metrics["split"]["train"] * epochs / metrics["train_seconds"],
-            "network": float(parts["attention"][metric]) if parts else float("nan"),
-            "kernel": float(parts["kernel_ridge"][metric]) if parts else float("nan")}
-
-
-def run_chemprop(name: str, data: Path, smiles: list[str], y: np.ndarray, seed: int,
-                 out: Path, threads: int) -> dict:
-    """Train chemprop with its defaults on the same split; returns as ``run_setattn``."""
-    _, targets, task, metric = DATASETS[name]
-    run_dir = out / name / f"chemprop_seed{seed}"
-    python = ensure_chemprop().parent / "python"
-    timing = out / name / f"chemprop_seed{seed}_fit.json"
-    cmd = [str(python), "-c", CHEMPROP_TIMED, "train", "--data-path", str(data),
-           "--smiles-columns", "smiles", "--target-columns", *targets, "--task-type", task,
-           "--splits-column", f"split{seed}", "--output-dir", str(run_dir),
-           "--pytorch-seed", str(seed), "--data-seed", str(seed)]
-    seconds = _timed(cmd, out / name / f"chemprop_seed{seed}.log", threads,
-                     CHEMPROP_FIT_JSON=str(timing))
-    fit = json.loads(timing.read_text())
-    train, _, test = splits.random(len(smiles), SIZES, seed)
-    test = sorted(test)  # chemprop keeps file order within the split column's test rows
-    with open(run_dir / "model_0" / "test_predictions.csv", newline="") as f:
-        pred_rows = list(csv.DictReader(f))
-    if [r["smiles"] for r in pred_rows] != [smiles[i] for i in test]:
-        raise RuntimeError(f"chemprop's test rows differ from the split in {data}")
-    p = torch.tensor([[float(r[t]) for t in targets] for r in pred_rows])  # (M, T)
-    result = evaluate(torch.tensor(y[test], dtype=torch.float32), p, task, targets)
-    return {"metric": float(result[metric]), "seconds": seconds,
-            "mol_per_s": len(train) * fit["epochs"] / fit["fit_seconds"]}
-
-
-def _mean_std(values: list[float]) -> str:
-    if any(v != v for v in values):  # NaN: a part this run does not have
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
-
-
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules")
+    parser.add_argument("--datasets", nargs="+", default=list(SETS), choices=list(SETS))
+    parser.add_argument("--splits", nargs="+", default=list(SPLIT_KINDS), choices=SPLIT_KINDS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(REPORT_SEEDS),
+                        help="split seeds (default: the report's, 10-14)")
+    parser.add_argument("--report", choices=("test", "val"), default="test",
+                        help="the part whose metric is printed (val: the test part is "
+                        "left out of every CSV)")
+    parser.add_argument("--anchors", nargs="*", default=["chemprop", "chemprop_rdkit"],
+                        choices=["chemprop", "chemprop_rdkit"])
     parser.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
+    parser.add_argument("--matched-width", action="store_true",
+                        help="also run chemprop at width 96 on each set and split's first "
+                        "seed, for throughput at matched width")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
     parser.add_argument("--print-only", action="store_true",
-                        help="train nothing: print the table of the runs saved in --out "
-                        "(each data set's results.json) for --datasets")
+                        help="train nothing: print the tables of the runs saved in --out "
+                        "that match the other arguments")
     parser.add_argument("--setattn-flags", default="", metavar="FLAGS",
                         help="extra flags of setattn's train, one string (e.g. "
-                        "\"--hidden 128\"); chemprop keeps its defaults")
-    args = parser.parse_args()
+                        "\"--epochs 3\")")
+    parser.add_argument("--chemprop-flags", default="", metavar="FLAGS",
+                        help="extra flags of every chemprop run, one string (e.g. "
+                        "\"--epochs 3\")")
+    args = parser.parse_args(argv)
+    if args.skip_chemprop:
+        args.anchors = []
+    return args
 
-    if args.print_only:
-        results = [r for name in args.datasets
-                   for r in json.loads((args.out / name / "results.json").read_text())]
-        print_table(results, args.setattn_flags)
-        return
-    nan = {"metric": float("nan"), "seconds": float("nan"), "mol_per_s": float("nan")}
-    print(f"load average {load_average()}", file=sys.stderr)
-    results = []
-    for name in args.datasets:
-        data, smiles, y = clean_csv(name, args.seeds, args.out)
-        metric = DATASETS[name][3]
+
+def _tools(args: argparse.Namespace, seed: int) -> list[str]:
+    """The tools of one split: setattn, the anchors, and chemprop_w96 on the first seed."""
+    width = ["chemprop_w96"] if args.matched_width and seed == args.seeds[0] else []
+    return ["setattn", *args.anchors, *width]
+
+
+def wanted(records: list[dict], args: argparse.Namespace, settings: RunSettings) -> list[dict]:
+    """The saved records this call asks for, in the order of its sets, splits and seeds."""
+    keys = {(name, kind, seed, args.report, tool, tool_flags(tool, settings))
+            for name in args.datasets for kind in args.splits for seed in args.seeds
+            for tool in _tools(args, seed)}
+    chosen = [r for r in records if record_key(r) in keys]
+    order = {name: i for i, name in enumerate(args.datasets)}
+    return sorted(chosen, key=lambda r: (order[r["dataset"]], args.splits.index(r["split"]),
+                                         r["seed"]))
+
+
+def run_set(name: str, args: argparse.Namespace, settings: RunSettings,
+            done: set[tuple]) -> None:
+    """All runs of one data set that are not saved yet, printing a line after each."""
+    spec = SETS[name]
+    table = molecule_sets.load_set(name)
+    columns = {molecule_sets.column_name(kind, seed):
+               molecule_sets.split_labels(kind, table.smiles, seed)
+               for kind in args.splits for seed in args.seeds}
+    if args.report == "test":
+        molecule_sets.write_csv(args.out / name / "data.csv", table, spec.targets, columns)
+    for kind in args.splits:
         for seed in args.seeds:
-            ours = run_setattn(name, data, seed, args.out, args.threads,
-                               args.setattn_flags.split())
-            theirs = nan if args.skip_chemprop else \
-                run_chemprop(name, data, smiles, y, seed, args.out, args.threads)
-            results.append({"dataset": name, "metric": metric, "seed": seed,
-                            "setattn": ours, "chemprop": theirs,
-                            "setattn_flags": args.setattn_flags})
-            print(f"{name} seed {seed}: setattn {metric} {ours['metric']:.3f} (network "
-                  f"{ours['network']:.3f}, kernel ridge {ours['kernel']:.3f}) "
-                  f"({ours['seconds']:.0f} s, {ours['mol_per_s']:.0f} mol/s), chemprop "
-                  f"{theirs['metric']:.3f} ({theirs['seconds']:.0f} s, "
-                  f"{theirs['mol_per_s']:.0f} mol/s)", file=sys.stderr, flush=True)
-            done = [r for r in results if r["dataset"] == name]
-            (args.out / name / "results.json").write_text(json.dumps(done, indent=2))
-    print(f"load average {load_average()}", file=sys.stderr)
-    print_table(results, args.setattn_flags)
+            job = split_data(name, table, kind, seed, settings, columns)
+            for tool in _tools(args, seed):
+                record = run_job(job, tool, settings, done)
+                if record is not None:
+                    r = record["result"]
+                    print(f"{name} {kind} seed {seed} {tool}: {spec.metric} {r['metric']:.3f} "
+                          f"({args.report} part), {r['seconds']:.0f} s, "
+                          f"{r['mol_per_s']:.0f} train mol/s, {r['parameters']:,} parameters",
+                          file=sys.stderr, flush=True)
 
 
-def print_table(results: list[dict], setattn_flags: str) -> None:
-    """One row per data set: mean +- standard deviation over its seeds, and ratios."""
-    header = ["data set", "metric", "seeds", "setattn", "network alone", "kernel ridge alone",
-              "chemprop 2.3.1", "setattn s/run",
-              "chemprop s/run", "time ratio", "setattn train mol/s", "chemprop train mol/s",
-              "throughput ratio"]
-    flags = {r.get("setattn_flags", setattn_flags) for r in results}
-    print(f"setattn train flags beyond the defaults: {' / '.join(sorted(flags)) or 'none'}")
-    print("  |  ".join(header))
-    for name in dict.fromkeys(r["dataset"] for r in results):
-        rs = [r for r in results if r["dataset"] == name]
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = RunSettings(args.out, args.report, args.threads,
+                           tuple(shlex.split(args.setattn_flags)),
+                           tuple(shlex.split(args.chemprop_flags)))
+    flags = {t: tool_flags(t, settings) for t in ("setattn", *args.anchors)}
+    if not args.print_only:
+        print(f"load average {load_average()}", file=sys.stderr)
+        done = {record_key(r) for r in load_results(args.out)}
+        for name in args.datasets:
+            run_set(name, args, settings, done)
+        print(f"load average {load_average()}", file=sys.stderr)
+    print_tables(wanted(load_results(args.out), args, settings), args.report, flags)
 
-        def mean(tool: str, key: str, rs: list[dict] = rs) -> float:
-            return statistics.mean(r[tool][key] for r in rs)
-
-        print("  |  ".join([
-            name, rs[0]["metric"], " ".join(str(r["seed"]) for r in rs),
-            _mean_std([r["setattn"]["metric"] for r in rs]),
-            _mean_std([r["setattn"]["network"] for r in rs]),
-            _mean_std([r["setattn"]["kernel"] for r in rs]),
-            _mean_std([r["chemprop"]["metric"] for r in rs]),
-            f"{mean('setattn', 'seconds'):.0f}", f"{mean('chemprop', 'seconds'):.0f}",
-            f"{mean('chemprop', 'seconds') / mean('setattn', 'seconds'):.2f}x faster",
-            f"{mean('setattn', 'mol_per_s'):.0f}", f"{mean('chemprop', 'mol_per_s'):.0f}",
-            f"{mean('setattn', 'mol_per_s') / mean('chemprop', 'mol_per_s'):.2f}x",
-        ]))
 
 if __name__ == "__main__":
     main()
