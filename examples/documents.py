@@ -1,40 +1,47 @@
-"""Sentence classification: word sets, local self-attention and attention pooling.
+"""Text classification: word sets, local self-attention and attention pooling, averaged
+with a linear model, beside a TF-IDF + logistic regression baseline.
 
-Every sentence is a set of word nodes (tokens with their positions, as
+Every text is a set of word nodes (tokens with their positions, as
 ``setattn.domains.document_to_data`` makes them), batched PyG style: flat (N,) nodes
-and (G + 1,) offsets ``ptr``. The model, trained from scratch (no pretrained vectors):
+and (G + 1,) offsets ``ptr``. The attention model, trained from scratch (no pretrained
+vectors):
 
-* node features: a learned word embedding plus a linear map of the naive-Bayes
-  log-count ratios (Wang & Manning 2012) of the word and of the n-grams starting at it
-  (``--ngrams 2``: the bigram "w_i w_i+1"), counted on the training sentences only, a
-  training sentence leaving itself out; plus weak sinusoidal position encodings;
+* node features: a learned word embedding (plus, with ``--char-buckets``, the mean
+  embedding of the word's hashed character 3-5-grams, for rare and unseen words), plus
+  a linear map of the naive-Bayes log-count ratios (Wang & Manning 2012) of the word
+  and of the n-grams starting at it (``--ngrams 2``: the bigram "w_i w_i+1"), counted on
+  the training part only, a training text leaving itself out; plus weak sinusoidal
+  position encodings;
 * a transformer block whose attention runs over a ``window`` topology: word i attends
-  to the words at most ``--radius`` positions away in its own sentence (local
-  intra-attention; ``--radius -1`` uses the ``complete`` topology, all pairs), with a
-  learned bias per head and relative offset passed to the engine as a per-edge ``bias``;
-* global attention pooling: a learned query per head attends to the words of each
-  sentence (Yang et al. 2016); its weights are the shading of the word pictures;
-* dropout and a linear classifier.
+  to the words at most ``--radius`` positions away in its own text (``--radius -1``:
+  all pairs), with a learned bias per head and relative offset passed to the engine as
+  a per-edge ``bias``;
+* global attention pooling over the contextual word states: a learned query per head
+  (Yang et al. 2016); dropout and a linear classifier.
 
-Regularisation for a small data set: small width, dropout on the node features and on
-the pooled vector, training words replaced by ``<unk>`` at random (``--word-dropout``),
-weight decay, early stopping on a validation slice. ``--ensemble M`` trains M models
-per round from different seeds and averages their probabilities (``metrics.json``
-reports the ensemble and the single models). ``--no-ratios`` leaves the ratio features
-out (word embeddings only), for comparison.
+Regularisation: small width, dropout, training words replaced by ``<unk>`` at random
+(``--word-dropout``), weight decay, the best validation epoch kept. ``--ensemble M``
+trains M models per round from different seeds and averages their probabilities.
 
-Evaluation protocol: ``--folds K`` splits the data at random (seeded by ``--seed``)
-into K folds; fold k is the test set of round k; of the rest ``--val-fraction``
-(10 %) is held out for choosing each model's epoch, and the others are trained on;
-vocabularies and ratios come from that training part only. ``--run-folds R`` runs the
-first R rounds (all K by default: K-fold cross-validation as in the MR literature;
-``--run-folds 1`` is one fixed 90/10 split). The metric is test accuracy, mean and
-standard deviation over the rounds run.
+The linear models (``documents_linear.py``, scikit-learn): the baseline, TF-IDF word
+uni+bigrams + logistic regression, and the partner, the same plus character 2-5-grams.
+Each chooses its C on the validation part and is refitted on training + validation.
+The reported prediction averages the attention models' probabilities (weight w) with
+the partner's (1 - w), w chosen on the validation part (``--no-linear``: w = 1).
 
-Data: MR (rt-polarity, Pang & Lee 2005) by default; any CSV with
-``--data FILE --text-column TEXT --label-column LABEL``.
+Evaluation: a corpus with a fixed test split (TREC) is run once on it; the others are
+split at random (``--seed``) into ``--folds`` K folds, fold k the test part of round k
+(``--run-folds R``: the first R rounds). In every round ``--val-fraction`` of the rest
+is the validation part, the only data any choice (epoch, C, w) is made on; vocabularies
+and ratios come from the training part. Reported: test accuracy of the average and of
+the baseline, mean and standard deviation over the rounds, and the word pictures of
+``documents_words.py`` (attention relative to uniform, integrated gradients).
 
-    python examples/documents.py --out runs/documents
+Data: ``--corpus mr`` (MR, Pang & Lee 2005; the default), ``cr`` (Hu & Liu 2004),
+``trec`` (Li & Roth 2002), or any CSV with ``--data FILE --text-column TEXT
+--label-column LABEL``. How the defaults were chosen: benchmarks/results/examples.md.
+
+    python examples/documents.py --corpus trec --out runs/documents-trec
 """
 
 from __future__ import annotations
@@ -267,8 +274,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"argument --val-fraction must be between 0 and 1 (exclusive), got "
                 f"{args.val_fraction}")
     if args.quick:
-        args.limit, args.run_folds, args.epochs, args.dim = 1500, 1, 2, 16
-        args.ensemble, args.pictures = 2, 6
+        args.limit, args.run_folds, args.epochs, args.ensemble = 1500, 1, 10, 1
+        args.pictures = 6
     return args
 
 
