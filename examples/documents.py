@@ -193,19 +193,26 @@ def accuracy(models: list[nn.Module], data: Encoded) -> float:
     return float((probabilities(models, data).argmax(1) == data.y).float().mean())
 
 
+def epochs_for(train_size: int, args: argparse.Namespace) -> int:
+    """``--epochs``, or when it is 0: 12 for training parts under 6000 texts, else 6."""
+    return args.epochs or (12 if train_size < 6000 else 6)
+
+
 def train_model(model: nn.Module, train: Encoded, val: Encoded, args: argparse.Namespace,
                 gen: torch.Generator, bar: tqdm) -> tuple[float, int]:
-    """Train for ``args.epochs``, keep the weights of the best validation epoch.
+    """Train for ``epochs_for(len(train), args)``, keep the weights of the best validation
+    epoch.
 
     Returns:
         The best validation accuracy and its epoch (1-based).
     """
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    steps = args.epochs * math.ceil(len(train) / args.batch_size)
+    epochs = epochs_for(len(train), args)
+    steps = epochs * math.ceil(len(train) / args.batch_size)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, args.lr, total_steps=steps,
                                                 pct_start=0.1)
     best, best_epoch, best_state = -1.0, 0, None
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(1, epochs + 1):
         for b in batches(train, args.batch_size, gen):
             ids = word_dropout(b.ids, args.word_dropout)  # (N, K)
             loss = nn.functional.cross_entropy(model(ids, b.ratios, b.chars, b.ptr), b.y)
@@ -236,7 +243,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--folds", type=int, default=10, help="K of the K-fold protocol (corpora "
                    "without a fixed test split)")
     p.add_argument("--run-folds", type=int, default=0, help="rounds to run (0: all K)")
-    p.add_argument("--epochs", type=int, default=6, help="epochs per model")
+    p.add_argument("--epochs", type=int, default=0, help="epochs per model (0: 12 for "
+                   "training parts under 6000 texts, else 6)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of the training "
                    "part held out to choose epochs, C and the ensemble weight")
     p.add_argument("--ensemble", type=int, default=3, help="attention models per round "
@@ -344,8 +352,8 @@ def main(argv: list[str] | None = None) -> dict:
     full = [tokenizer(t) for t in corpus.texts]
     tokens, texts = [t[: args.max_length] for t in full], [" ".join(t) for t in full]
     parts = splits(corpus, args)
-    steps = args.ensemble * args.epochs * sum(math.ceil(len(s[0]) / args.batch_size)
-                                              for s in parts)
+    steps = args.ensemble * sum(epochs_for(len(s[0]), args)
+                                * math.ceil(len(s[0]) / args.batch_size) for s in parts)
     bar = tqdm(total=steps, desc="documents", unit="step")
     results, pictures, classes = [], [], corpus.classes
     for k, split in enumerate(parts):

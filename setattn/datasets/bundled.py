@@ -3,10 +3,9 @@
 ``load_freesolv``, ``load_esol``, ``load_tox21``, ``load_solubility``, ``load_cora``,
 ``load_mr``, ``load_trec``, ``load_cr``, ``load_digits``, ``load_mnist5k``; each takes
 ``root`` to look in another folder laid out the same way (see ``datasets/README.md``).
-By default they read
-``DATASETS_DIR``: in an installed wheel the copy shipped inside the package
-(``setattn/_datasets``, put there by the build, see ``setup.py``), in a source checkout
-or an editable install the repository's ``datasets/``.
+By default they read ``DATASETS_DIR``: in an installed wheel the copy shipped inside the
+package (``setattn/_datasets``, put there by the build, see ``setup.py``), in a source
+checkout or an editable install the repository's ``datasets/``.
 """
 
 from __future__ import annotations

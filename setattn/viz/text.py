@@ -115,9 +115,9 @@ def words_contributions_html(sections: Sequence[WordSection], path: str | Path, 
     for section in sections:
         limit = section.limit()
         low, high = section.centre - limit, section.centre + limit
-        parts.append(f"<h3>{html.escape(section.heading)}</h3>\n<p><small>{html.escape(section.unit)}"
-                     f": blue {low:.3g}, white {section.centre:.3g}, red {high:.3g}"
-                     "</small></p>")
+        parts.append(f"<h3>{html.escape(section.heading)}</h3>\n<p><small>"
+                     f"{html.escape(section.unit)}: blue {low:.3g}, white "
+                     f"{section.centre:.3g}, red {high:.3g}</small></p>")
         for (tokens, _, caption), v in zip(section.rows, section.values()):
             spans = [f'<span title="{x:.3f}" style="background: {_css(rgb)}; color: '
                      f'{_text_colour(rgb)}">{html.escape(token)}</span>'
