@@ -51,7 +51,9 @@ class WordSection:
         """Each row's values as float64 arrays; a ValueError if a row's count is off."""
         out = []
         for k, (tokens, values, _) in enumerate(self.rows):
-            v = np.asarray(torch.as_tensor(values, dtype=torch.float64).detach().cpu())
+            if isinstance(values, torch.Tensor):
+                values = values.detach().cpu().double().numpy()
+            v = np.asarray(values, dtype=np.float64)  # (n,)
             if v.shape != (len(tokens),):
                 raise ValueError(f"section {self.heading!r}, sentence {k}: {len(tokens)} "
                                  f"tokens but values of shape {tuple(v.shape)}")
