@@ -317,8 +317,10 @@ def run_round(data: Encoded, split: tuple[Tensor, ...], texts: list[str], vocab:
     models, records = train_ensemble(data, split, vocab, classes, args, gen, bar)
     val, test = data.select(split[1]), data.select(split[2])
     p_val, p_test = probabilities(models, val), probabilities(models, test)  # (M, C)
+    start = time.perf_counter()
     baseline = fit_linear("baseline", texts, data.y, split, classes)
     partner = fit_linear("partner", texts, data.y, split, classes)
+    linear_seconds = time.perf_counter() - start
     weight, val_acc = choose_weight(p_val, partner.val_probs, val.y)
     if args.no_linear:
         weight, val_acc = 1.0, float((p_val.argmax(1) == val.y).float().mean())
@@ -333,6 +335,7 @@ def run_round(data: Encoded, split: tuple[Tensor, ...], texts: list[str], vocab:
         "baseline_val_accuracy": baseline.val_accuracy,
         "partner_test_accuracy": partner.test_accuracy, "partner_c": partner.c,
         "partner_val_accuracy": partner.val_accuracy, "members": records,
+        "linear_seconds": round(linear_seconds, 2),
         "train": len(split[0]), "val": len(split[1]), "test": len(split[2]),
     }, models
 

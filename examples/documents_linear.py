@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.sparse import csr_matrix
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
-from sklearn.pipeline import FeatureUnion, Pipeline
+from sklearn.pipeline import FeatureUnion
 from torch import Tensor
 
 C_GRID = (0.3, 1.0, 3.0, 10.0, 30.0)
@@ -55,24 +56,29 @@ class LinearResult:
     test_accuracy: float
 
 
-def _pipeline(chars: bool, c: float, classes: int) -> Pipeline:
-    """TF-IDF word 1-2 grams (plus char_wb 2-5 grams when ``chars``) -> logistic regression."""
+def _features(chars: bool) -> FeatureUnion:
+    """TF-IDF word 1-2-grams (plus char_wb 2-5-grams when ``chars``)."""
     words = TfidfVectorizer(ngram_range=(1, 2), token_pattern=r"\S+", lowercase=True,
                             sublinear_tf=True)
     parts = [("words", words)]
     if chars:
         parts.append(("chars", TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5),
                                                lowercase=True, sublinear_tf=True)))
+    return FeatureUnion(parts)
+
+
+def _classifier(c: float, classes: int) -> LogisticRegression | OneVsRestClassifier:
+    """Logistic regression (liblinear), one-vs-rest for more than two classes."""
     lr = LogisticRegression(C=c, solver="liblinear")
-    return Pipeline([("tfidf", FeatureUnion(parts)),
-                     ("lr", lr if classes == 2 else OneVsRestClassifier(lr))])
+    return lr if classes == 2 else OneVsRestClassifier(lr)
 
 
-def _probs(model: Pipeline, texts: Sequence[str], classes: int) -> Tensor:
-    """(M, C) probabilities; classes absent from the training labels get 0."""
-    out = np.zeros((len(texts), classes))
-    if texts:
-        out[:, model.classes_] = model.predict_proba(list(texts))
+def _probs(model: LogisticRegression | OneVsRestClassifier, x: csr_matrix, classes: int
+           ) -> Tensor:
+    """(M, C) probabilities of the rows of x; classes absent from training get 0."""
+    out = np.zeros((x.shape[0], classes))
+    if x.shape[0]:
+        out[:, model.classes_] = model.predict_proba(x)
     return torch.tensor(out, dtype=torch.float32)
 
 
@@ -92,19 +98,21 @@ def fit_linear(name: str, texts: Sequence[str], labels: Tensor, split: tuple[Ten
     """
     train, val, test = split
     pick = [[texts[i] for i in part.tolist()] for part in split]
-    y_train = labels[train].numpy()
+    features = _features(name == "partner").fit(pick[0])  # on the training part only
+    x_train, x_val = features.transform(pick[0]), features.transform(pick[1])
     best = None
     for c in C_GRID:
-        model = _pipeline(name == "partner", c, classes).fit(pick[0], y_train)
-        probs = _probs(model, pick[1], classes)  # (M_val, C)
+        model = _classifier(c, classes).fit(x_train, labels[train].numpy())
+        probs = _probs(model, x_val, classes)  # (M_val, C)
         acc = float((probs.argmax(1) == labels[val]).float().mean()) if len(val) else 0.0
         if best is None or acc > best[1]:
             best = (c, acc, probs)
     c, val_acc, val_probs = best
     both = torch.cat([train, val])
-    model = _pipeline(name == "partner", c, classes).fit(pick[0] + pick[1],
-                                                          labels[both].numpy())
-    test_probs = _probs(model, pick[2], classes)  # (M_test, C)
+    features = _features(name == "partner").fit(pick[0] + pick[1])
+    model = _classifier(c, classes).fit(features.transform(pick[0] + pick[1]),
+                                        labels[both].numpy())
+    test_probs = _probs(model, features.transform(pick[2]), classes)  # (M_test, C)
     test_acc = float((test_probs.argmax(1) == labels[test]).float().mean())
     return LinearResult(name, c, val_acc, val_probs, test_probs, test_acc)
 
