@@ -8,11 +8,12 @@ Generic loaders (your files):
 - ``load_planetoid(root, name)``: a Planetoid citation graph, from the raw
   ``ind.<name>.*`` files or from a ``<name>.npz`` written by ``convert_planetoid``.
 - ``load_text_csv(path, text_column, label_column)``: texts and class indices.
+- ``load_labelled_lines(path, classes)``: the same from ``LABEL text`` lines.
 - ``load_image_csv(path, height, width)``: images (pixels then label, one a row).
 
 Named shortcuts for the bundled sets (files under ``datasets/``, see its README):
 ``load_freesolv``, ``load_esol``, ``load_tox21``, ``load_solubility``, ``load_cora``,
-``load_mr``, ``load_digits``, ``load_mnist5k``.
+``load_mr``, ``load_trec``, ``load_cr``, ``load_digits``, ``load_mnist5k``.
 
 Modules: ``molecules``, ``planetoid``, ``text``, ``images`` (one format each),
 ``bundled`` (the shortcuts), ``files`` (shared file helpers) and ``safe_pickle``.
@@ -26,7 +27,9 @@ matrices as their arrays). It never imports a module or calls anything named in 
 from setattn.datasets.bundled import (
     DATASETS_DIR,
     TOX21_TASKS,
+    TREC_CLASSES,
     load_cora,
+    load_cr,
     load_digits,
     load_esol,
     load_freesolv,
@@ -34,10 +37,11 @@ from setattn.datasets.bundled import (
     load_mr,
     load_solubility,
     load_tox21,
+    load_trec,
 )
 from setattn.datasets.images import ImageSet, load_image_csv
 from setattn.datasets.planetoid import convert_planetoid, load_planetoid
-from setattn.datasets.text import TextSet, load_text_csv
+from setattn.datasets.text import TextSet, load_labelled_lines, load_text_csv
 
 try:  # RDKit is optional (setattn[molecules]); the other loaders work without it
     from setattn.datasets.molecules import MoleculeSet, load_molecule_csv, load_molecule_sdf
@@ -56,15 +60,18 @@ except ModuleNotFoundError as err:
 __all__ = [
     "DATASETS_DIR",
     "TOX21_TASKS",
+    "TREC_CLASSES",
     "ImageSet",
     "MoleculeSet",
     "TextSet",
     "convert_planetoid",
     "load_cora",
+    "load_cr",
     "load_digits",
     "load_esol",
     "load_freesolv",
     "load_image_csv",
+    "load_labelled_lines",
     "load_mnist5k",
     "load_molecule_csv",
     "load_molecule_sdf",
@@ -73,4 +80,5 @@ __all__ = [
     "load_solubility",
     "load_text_csv",
     "load_tox21",
+    "load_trec",
 ]

@@ -1,11 +1,11 @@
 """Named shortcuts for the bundled data sets: the repository's ``datasets/`` folder.
 
 ``load_freesolv``, ``load_esol``, ``load_tox21``, ``load_solubility``, ``load_cora``,
-``load_mr``, ``load_digits``, ``load_mnist5k``; each takes ``root`` to look in another
-folder laid out the same way (see ``datasets/README.md``). By default they read
-``DATASETS_DIR``: in an installed wheel the copy shipped inside the package
-(``setattn/_datasets``, put there by the build, see ``setup.py``), in a source checkout
-or an editable install the repository's ``datasets/``.
+``load_mr``, ``load_trec``, ``load_cr``, ``load_digits``, ``load_mnist5k``; each takes
+``root`` to look in another folder laid out the same way (see ``datasets/README.md``).
+By default they read ``DATASETS_DIR``: in an installed wheel the copy shipped inside the
+package (``setattn/_datasets``, put there by the build, see ``setup.py``), in a source
+checkout or an editable install the repository's ``datasets/``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch_geometric.data import Data
 from setattn.datasets.files import PathLike, existing_file
 from setattn.datasets.images import ImageSet, load_image_csv
 from setattn.datasets.planetoid import load_planetoid
-from setattn.datasets.text import TextSet
+from setattn.datasets.text import TextSet, load_labelled_lines
 
 if TYPE_CHECKING:  # the molecule loaders import RDKit (setattn[molecules]) when called
     from setattn.datasets.molecules import MoleculeSet
@@ -27,7 +27,9 @@ if TYPE_CHECKING:  # the molecule loaders import RDKit (setattn[molecules]) when
 __all__ = [
     "DATASETS_DIR",
     "TOX21_TASKS",
+    "TREC_CLASSES",
     "load_cora",
+    "load_cr",
     "load_digits",
     "load_esol",
     "load_freesolv",
@@ -35,6 +37,7 @@ __all__ = [
     "load_mr",
     "load_solubility",
     "load_tox21",
+    "load_trec",
 ]
 
 
@@ -134,6 +137,27 @@ def load_mr(*, root: PathLike | None = None) -> TextSet:
         texts += [line.strip() for line in lines]
         labels += [label] * len(lines)
     return TextSet(texts, torch.tensor(labels, dtype=torch.long), ["negative", "positive"])
+
+
+TREC_CLASSES = ["description", "entity", "abbreviation", "human", "location", "numeric"]
+"""The six coarse TREC question types, in the order of the bundled files' labels 0-5."""
+
+
+def load_trec(split: Literal["train", "test"] = "train", *, root: PathLike | None = None
+              ) -> TextSet:
+    """TREC question type (Li & Roth 2002): 5452 training or 500 test questions, six
+    coarse classes (``TREC_CLASSES``); tokenised, case kept."""
+    if split not in ("train", "test"):
+        raise ValueError(f"argument split must be 'train' or 'test', got {split!r}")
+    path = _root(root) / "text" / f"TREC.{split}.all"
+    return load_labelled_lines(existing_file(path, "root"), TREC_CLASSES)
+
+
+def load_cr(*, root: PathLike | None = None) -> TextSet:
+    """CR customer reviews (Hu & Liu 2004): 3775 sentences, 1368 negative (label 0) and
+    2407 positive (1); lower-cased and tokenised."""
+    path = _root(root) / "text" / "custrev.all"
+    return load_labelled_lines(existing_file(path, "root"), ["negative", "positive"])
 
 
 def load_digits(*, root: PathLike | None = None) -> ImageSet:

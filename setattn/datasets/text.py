@@ -1,4 +1,5 @@
-"""Texts with class labels from a CSV file: ``load_text_csv(path, text_column, label_column)``."""
+"""Texts with class labels: ``load_text_csv(path, text_column, label_column)`` for a CSV
+file, ``load_labelled_lines(path, classes)`` for ``LABEL text`` lines (TREC, CR)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from setattn.datasets.files import PathLike, check_columns, existing_file, open_text
 
-__all__ = ["TextSet", "load_text_csv"]
+__all__ = ["TextSet", "load_labelled_lines", "load_text_csv"]
 
 
 class TextSet(NamedTuple):
@@ -81,3 +82,35 @@ def load_text_csv(path: PathLike, text_column: str, label_column: str | None = N
         return TextSet(texts, torch.zeros(len(texts), dtype=torch.long), [])
     label_tensor, classes = _class_indices(labels)
     return TextSet(texts, label_tensor, classes)
+
+
+def load_labelled_lines(path: PathLike, classes: list[str], encoding: str = "latin-1"
+                        ) -> TextSet:
+    """Read ``LABEL text`` lines: an integer class index, a space, the text.
+
+    Args:
+        path: the text file (one example a line; blank lines are skipped).
+        classes: the class names; label k means ``classes[k]``.
+        encoding: the file's encoding (latin-1 reads any byte).
+
+    Returns:
+        A ``TextSet``.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: if a line's label is not an integer in ``range(len(classes))``
+            (naming the line).
+    """
+    path = existing_file(path)
+    texts: list[str] = []
+    labels: list[int] = []
+    for number, line in enumerate(path.read_text(encoding=encoding).splitlines(), start=1):
+        if not line.strip():
+            continue
+        label, _, text = line.partition(" ")
+        if not _is_int(label) or not 0 <= int(label) < len(classes):
+            raise ValueError(f"{path.name}: line {number}: label {label[:20]!r} is not a "
+                             f"class index 0-{len(classes) - 1}")
+        texts.append(text.strip())
+        labels.append(int(label))
+    return TextSet(texts, torch.tensor(labels, dtype=torch.long), list(classes))

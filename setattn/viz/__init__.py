@@ -6,8 +6,12 @@
 - ``plots``: matplotlib pictures (Agg backend, no display needed):
   ``plot_training_curve``, ``plot_alignment``, ``plot_word_weights``, ``words_to_html``,
   ``plot_patch_attention`` and ``plot_node_attention``.
+- ``text``: words shaded by signed contributions (diverging colours, colour bar):
+  ``WordSection``, ``plot_word_contributions``, ``words_contributions_html``.
+- ``colours``: ``contribution_colours`` and ``contribution_limit``, shared by both.
 """
 
+from setattn.viz.colours import contribution_colours, contribution_limit
 from setattn.viz.plots import (
     plot_alignment,
     plot_node_attention,
@@ -16,11 +20,11 @@ from setattn.viz.plots import (
     plot_word_weights,
     words_to_html,
 )
+from setattn.viz.text import WordSection, plot_word_contributions, words_contributions_html
 
 try:  # RDKit is optional (setattn[molecules]); the matplotlib pictures work without it
     from setattn.viz.molecules import (
         atom_disc_drawing,
-        contribution_colours,
         draw_atom_contributions,
         draw_atom_weights,
         weight_colour,
@@ -38,15 +42,19 @@ except ModuleNotFoundError as err:
 
 
 __all__ = [
+    "WordSection",
     "atom_disc_drawing",
     "contribution_colours",
+    "contribution_limit",
     "draw_atom_contributions",
     "draw_atom_weights",
     "plot_alignment",
     "plot_node_attention",
     "plot_patch_attention",
     "plot_training_curve",
+    "plot_word_contributions",
     "plot_word_weights",
     "weight_colour",
+    "words_contributions_html",
     "words_to_html",
 ]

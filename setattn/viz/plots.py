@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from setattn.viz.text import word_layout, write_page
+
 __all__ = [
     "plot_alignment",
     "plot_node_attention",
@@ -180,16 +182,7 @@ def words_to_html(sentences: Sequence[Sentence], path: str | Path, *, title: str
             spans.append(f'<span title="{raw:.3f}" style="background: rgba(214, 39, 40, '
                          f'{s:.3f})">{html.escape(token)}</span>')
         rows.append(f'<p><small>{html.escape(caption)}</small><br>{" ".join(spans)}</p>')
-    page = ("<!doctype html>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html.escape(title or 'word weights')}</title>\n"
-            "<style>body { font-family: sans-serif; max-width: 60em; margin: 2em auto; }\n"
-            "span { padding: 0.1em 0.15em; border-radius: 0.2em; line-height: 1.9; }\n"
-            "small { color: #555; }</style>\n"
-            f"<h2>{html.escape(title)}</h2>\n" + "\n".join(rows) + "\n")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_page(title or "word weights", title, rows, path)
 
 
 def _check_tokens(tokens: Sequence[str], weights: np.ndarray) -> None:
@@ -220,32 +213,22 @@ def plot_word_weights(
     from matplotlib import colormaps
 
     cmap = colormaps["Reds"]
-    char_w, line_h = 0.085, 0.3  # inches per character and per text line at 10 pt
-    layout = []  # (x, y, token, shade) in inches from the top left, and captions
-    y = 0.0
-    for tokens, weights, caption in sentences:
+    shades = []
+    for tokens, weights, _ in sentences:
         w = _numpy(weights)
         _check_tokens(tokens, w)
-        layout.append((0.0, y, caption, None))
-        y += line_h * 0.9
-        x = 0.0
-        for token, s in zip(tokens, _shade(w)):
-            token_w = char_w * (len(token) + 1)
-            if x > 0 and x + token_w > width - 0.2:
-                x, y = 0.0, y + line_h
-            layout.append((x, y, token, s))
-            x += token_w + 0.05
-        y += line_h * 1.5
-    height = y + 0.2
+        shades.append(_shade(w))
+    layout, height = word_layout([(t, c) for t, _, c in sentences], width)
     fig = plt.figure(figsize=(width, height))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, width)
     ax.set_ylim(height, 0)
     ax.axis("off")
-    for x, y, text, s in layout:
-        if s is None:  # a caption
+    for x, y, text, g, k in layout:
+        if k < 0:  # a caption
             ax.text(x + 0.05, y + 0.1, text, fontsize=8, color="#555555", va="top")
             continue
+        s = shades[g][k]
         colour = cmap(0.85 * s) if s > 0 else (1, 1, 1, 1)
         ax.text(x + 0.05, y + 0.12, text, fontsize=10, va="top", family="monospace",
                 color="white" if s > 0.6 else "black",

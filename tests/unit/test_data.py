@@ -292,6 +292,27 @@ def test_mr():
     assert mr.texts[5331].startswith("the rock is destined")
 
 
+def test_trec_and_cr():
+    train, test = sd.load_trec("train"), sd.load_trec("test")
+    assert (len(train.texts), len(test.texts)) == (5452, 500)
+    assert train.classes == test.classes == sd.TREC_CLASSES
+    assert test.labels.bincount().tolist() == [138, 94, 9, 65, 81, 113]
+    assert test.texts[2] == "Who was Galileo ?" and test.classes[test.labels[2]] == "human"
+    cr = sd.load_cr()
+    assert cr.labels.bincount().tolist() == [1368, 2407] and cr.classes[1] == "positive"
+    with pytest.raises(ValueError, match="split must be"):
+        sd.load_trec("dev")
+
+
+def test_labelled_lines_bad_label(tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_text("1 fine\n\n7 too high\n")
+    with pytest.raises(ValueError, match=r"lines.txt: line 3: label '7' is not a class index 0-1"):
+        sd.load_labelled_lines(path, ["a", "b"])
+    path.write_text("1 fine\n0 ok\n")
+    assert sd.load_labelled_lines(path, ["a", "b"]).labels.tolist() == [1, 0]
+
+
 def test_text_csv(tmp_path):
     path = tmp_path / "texts.csv"
     with open(path, "w", newline="") as handle:

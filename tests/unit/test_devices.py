@@ -60,6 +60,7 @@ ALLOWED = {  # (file, function) -> why a factory call there has no device=
     ("datasets/planetoid.py", "_index_mask"): LOADER,
     ("datasets/text.py", "_class_indices"): LOADER,
     ("datasets/text.py", "load_text_csv"): LOADER,
+    ("datasets/text.py", "load_labelled_lines"): LOADER,
     ("domains/graphs.py", "_stack"): CONVERT,
     ("domains/graphs.py", "from_networkx"): CONVERT,
     ("domains/text.py", "document_to_data"): CONVERT,
