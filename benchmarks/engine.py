@@ -63,6 +63,7 @@ from engine_cases import (  # noqa: E402
     D64_HEADS,
     D64_ITEMS,
     D64_SETS,
+    anchor_differences,
     case_d64_attend,
     case_d64_sdpa,
     d64_flops,
@@ -177,6 +178,8 @@ def _memory(case: str, args: argparse.Namespace) -> dict[str, float]:
 
 def run_comparisons(args: argparse.Namespace) -> None:
     """Time every group in interleaved rounds, measure memory, print the table."""
+    diffs = ", ".join(f"{k} {v:.1e}" for k, v in anchor_differences().items())
+    print(f"max |anchor - attend| on the forward output: {diffs}")
     rows, mem = [], {}
     for group, ours, anchors in comparisons():
         if args.only and not ours.startswith(args.only):

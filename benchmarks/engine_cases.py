@@ -81,25 +81,44 @@ def _set_batches(kind: str) -> list[SetBatch]:
     return [SetBatch(torch.full((COMPLETE_SETS,), COMPLETE_ITEMS))]
 
 
-def _attend_step(b: SetBatch) -> None:
+def _attend_out(b: SetBatch) -> torch.Tensor:
     top = setattn.complete(b.ptr)  # built on every call, as for a new batch
-    _backward(setattn.attend(b.q, b.k, b.v, top))
+    return setattn.attend(b.q, b.k, b.v, top)
 
 
-def _pyg_dense_step(b: SetBatch) -> None:
-    _backward(pyg_dense_sdpa(b.q, b.k, b.v, b.batch, b.num_sets))
+def _pyg_dense_out(b: SetBatch) -> torch.Tensor:
+    return pyg_dense_sdpa(b.q, b.k, b.v, b.batch, b.num_sets)
 
 
-def _nested_step(b: SetBatch) -> None:
-    _backward(nested_sdpa(b.q, b.k, b.v, b.ptr))
+def _nested_out(b: SetBatch) -> torch.Tensor:
+    return nested_sdpa(b.q, b.k, b.v, b.ptr)
 
 
-def _bucket_step(b: SetBatch) -> None:
-    _backward(bucket_sdpa(b.q, b.k, b.v, b.batch, b.ptr))
+def _bucket_out(b: SetBatch) -> torch.Tensor:
+    return bucket_sdpa(b.q, b.k, b.v, b.batch, b.ptr)
 
 
-def _set_case(kind: str, step):
-    return lambda: _cycling(_set_batches(kind), step)
+SET_OUTPUTS = {"attend": _attend_out, "pyg_dense": _pyg_dense_out, "nested": _nested_out,
+               "buckets": _bucket_out}
+
+
+def anchor_differences() -> dict[str, float]:
+    """Largest |anchor - attend| of the forward outputs on the first small batch and the
+    complete batch: every anchor computes the same attention."""
+    out = {}
+    for kind in ("small", "complete"):
+        b = _set_batches(kind)[0]
+        with torch.no_grad():
+            ref = _attend_out(b)
+            for name, fn in SET_OUTPUTS.items():
+                if name != "attend":
+                    out[f"{kind} {name}"] = float((fn(b) - ref).abs().max())
+    return out
+
+
+def _set_case(kind: str, output: str):
+    step = SET_OUTPUTS[output]
+    return lambda: _cycling(_set_batches(kind), lambda b: _backward(step(b)))
 
 
 # --------------------------------------------------------------------------------------
@@ -207,19 +226,19 @@ def d64_flops() -> float:
 
 
 CASES = {
-    "complete_attend": _set_case("complete", _attend_step),
+    "complete_attend": _set_case("complete", "attend"),
     "complete_sdpa": case_complete_sdpa,
-    "complete_pyg_dense": _set_case("complete", _pyg_dense_step),
+    "complete_pyg_dense": _set_case("complete", "pyg_dense"),
     "complete_setattn_proj": case_complete_setattn_proj,
     "complete_transformerconv": case_complete_transformerconv,
-    "ragged_attend": _set_case("ragged", _attend_step),
-    "ragged_nested": _set_case("ragged", _nested_step),
-    "ragged_buckets": _set_case("ragged", _bucket_step),
-    "ragged_padded_sdpa": _set_case("ragged", _pyg_dense_step),
-    "small_attend": _set_case("small", _attend_step),
-    "small_pyg_dense": _set_case("small", _pyg_dense_step),
-    "small_nested": _set_case("small", _nested_step),
-    "small_buckets": _set_case("small", _bucket_step),
+    "ragged_attend": _set_case("ragged", "attend"),
+    "ragged_nested": _set_case("ragged", "nested"),
+    "ragged_buckets": _set_case("ragged", "buckets"),
+    "ragged_padded_sdpa": _set_case("ragged", "pyg_dense"),
+    "small_attend": _set_case("small", "attend"),
+    "small_pyg_dense": _set_case("small", "pyg_dense"),
+    "small_nested": _set_case("small", "nested"),
+    "small_buckets": _set_case("small", "buckets"),
     "sparse_attend": case_sparse_attend,
     "sparse_pyg_gatconv": case_sparse_pyg_gatconv,
     "d64_attend": case_d64_attend,
