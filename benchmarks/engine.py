@@ -68,7 +68,9 @@ from engine_cases import (  # noqa: E402
     case_d64_sdpa,
     d64_flops,
     padded_pairs_ratio,
+    pair_ratios,
     ragged_sizes,
+    small_sizes,
 )
 from util import (  # noqa: E402
     interleaved_seconds,
@@ -180,6 +182,9 @@ def run_comparisons(args: argparse.Namespace) -> None:
     """Time every group in interleaved rounds, measure memory, print the table."""
     diffs = ", ".join(f"{k} {v:.1e}" for k, v in anchor_differences().items())
     print(f"max |anchor - attend| on the forward output: {diffs}")
+    for kind, sizes in (("small (first batch)", small_sizes(0)), ("ragged", ragged_sizes())):
+        pairs = ", ".join(f"{k} {v:.2f}x" for k, v in pair_ratios(sizes).items())
+        print(f"attention pairs computed over the real pairs, {kind}: {pairs}")
     rows, mem = [], {}
     for group, ours, anchors in comparisons():
         if args.only and not ours.startswith(args.only):

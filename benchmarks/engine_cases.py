@@ -15,6 +15,7 @@ from anchors import bucket_sdpa, nested_sdpa, pyg_dense_sdpa
 
 import setattn
 from setattn import scores
+from setattn.engine.dense import bucket_plan
 
 HEADS, HEAD_DIM = 4, 16
 DIM = HEADS * HEAD_DIM
@@ -44,6 +45,19 @@ def ragged_sizes(seed: int = 0) -> torch.Tensor:
 def padded_pairs_ratio(sizes: torch.Tensor) -> float:
     """Attention pairs of every set padded to the largest over the real pairs."""
     return float(sizes.numel() * sizes.max() ** 2 / (sizes**2).sum())
+
+
+def pair_ratios(sizes: torch.Tensor) -> dict[str, float]:
+    """Attention pairs each way computes (padding included) over the real pairs:
+    padded to the largest set, attend's size buckets, power-of-two buckets."""
+    real = float((sizes**2).sum())
+    buckets = bucket_plan(setattn.complete(setattn.topology.ptr_from_sizes(sizes)))
+    ours = sum(b.sets.numel() * b.q_valid.shape[1] * b.k_valid.shape[1] for b in buckets)
+    pow2 = torch.ceil(torch.log2(sizes.double()))  # (G,) bucket of every set
+    theirs = sum(int((pow2 == u).sum()) * int(sizes[pow2 == u].max()) ** 2
+                 for u in torch.unique(pow2))
+    return {"padded to the largest": padded_pairs_ratio(sizes), "attend's buckets": ours / real,
+            "power-of-two buckets": theirs / real}
 
 
 def small_sizes(seed: int) -> torch.Tensor:
