@@ -54,33 +54,13 @@ import torch  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphs import molecule_batch  # noqa: E402
 from util import interleaved_seconds, load_average  # noqa: E402
 
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool  # noqa: E402
 
 DIM, HEADS, BOND_DIM = 64, 4, 7
 FREESOLV = Path(__file__).resolve().parents[1] / "datasets" / "molecules" / "freesolv.csv"
-
-
-def molecule_batch(graphs: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
-    """Random molecule-like graphs: x (N, DIM), bonds (2, E) both directions, batch, ptr."""
-    sizes = torch.randint(10, 41, (graphs,), generator=gen)  # (G,)
-    ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])  # (G + 1,)
-    src, dst = [], []
-    for g in range(graphs):
-        start, n = int(ptr[g]), int(sizes[g])
-        chain = torch.arange(start, start + n - 1)  # (n - 1,)
-        ring = torch.arange(start, start + n - 6, 6)  # ring closures i -> i + 5
-        src += [chain, ring]
-        dst += [chain + 1, ring + 5]
-    src, dst = torch.cat(src), torch.cat(dst)
-    bonds = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])  # (2, E)
-    n = int(ptr[-1])
-    return {"x": torch.randn(n, DIM, generator=gen),
-            "edge_index": bonds,
-            "edge_attr": torch.randn(bonds.shape[1], BOND_DIM, generator=gen),
-            "batch": torch.repeat_interleave(torch.arange(graphs), sizes),
-            "ptr": ptr}
 
 
 def with_loops(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,25 +1,39 @@
-"""Engine benchmark: setattn.attend against SDPA, PyG TransformerConv and PyG GATConv.
+"""Engine benchmark: setattn.attend against SDPA and PyG's ways of attending over sets
+and graphs.
 
-Run:  .venv/bin/python benchmarks/engine.py
+Run:  .venv/bin/python benchmarks/engine.py --threads 1
+      .venv/bin/python benchmarks/engine.py --threads 1 --only small --repeats 3
 
-Every row is forward + backward, median of several runs, all measured in this one run
-on this machine, setattn and its anchor in interleaved rounds (one pass of each per
-round) so that the drifting load of a shared machine hits both alike; peak memory is
-the peak RSS growth of the same forward + backward in a fresh subprocess (see
-benchmarks/util.py). Ratios > 1 mean setattn is faster (time) or lighter (memory) than
-the anchor.
+Every row is forward + backward, the median of ``--repeats`` rounds, all measured in
+this one run on this machine: setattn and its anchors in interleaved rounds (one pass of
+each per round) so that the drifting load of a shared machine hits all alike. Memory is
+the peak RSS growth of a pass in a fresh subprocess (benchmarks/util.py): "first pass"
+is the first forward + backward of that process (for setattn it includes building the
+topology's bucket plan or CSR layouts, for PyG its own set-up), "after warm-up" the
+second. Ratios > 1 mean setattn is faster (time) or lighter (memory) than the anchor.
 
-Cases:
-  complete   64 sets x 128 items, d 64 = 4 heads x 16: attend on complete(ptr) vs raw
-             scaled_dot_product_attention on the same padded (64, 4, 128, 16) batch, and
-             projections + attend vs PyG TransformerConv (no skip) on the equivalent
-             1,048,576-edge list.
-  ragged     128 sets of long-tailed sizes 4..512: attend (size buckets) vs
-             to_dense_batch + pad-to-max SDPA with a key padding mask.
-  sparse     100k nodes, 1M random edges, 4 heads x 16: projection + GAT-score attend vs
-             PyG GATConv(64, 16, heads=4, add_self_loops=False).
-  d64        8 sets x 512 items, 8 heads x 64: attend on complete(ptr) vs SDPA on the
-             padded (8, 8, 512, 64) batch, fwd+bwd.
+Cases (4 heads x 16 unless said):
+  complete   64 sets x 128 items: ``attend`` on complete(ptr) against (a) raw SDPA on the
+             same batch already padded (B, H, L, D): no PyG, no layout change; (b) PyG's
+             dense way, ``to_dense_batch`` + SDPA (the mask is dropped when no slot is
+             padding); (c) the old row: q/k/v projections + ``attend`` against PyG
+             ``TransformerConv`` (no skip) on the equivalent 1,048,576-edge list, PyG's
+             edge-list path, which no one would use for complete sets.
+  ragged     128 sets of long-tailed sizes 4..512 (median ~ 40): ``attend`` (size
+             buckets) against jagged nested-tensor SDPA (``torch.nested``, the fair
+             anchor the issue names), SDPA per power-of-two size bucket (a user's own
+             bucketing with ``to_dense_batch``), and the old anchor, ``to_dense_batch``
+             + SDPA with every set padded to 512.
+  small      64 sets of 20..60 items, a new batch (of 16 different ones) every call: the
+             sizes of training batches, where per-call overhead counts; same anchors.
+  sparse     100k nodes, 1M random edges: projection + GAT-score ``attend`` against PyG
+             ``GATConv(64, 16, heads=4, add_self_loops=False)``; the same edge_index
+             every pass (full-graph training), its CSR layouts built by the first pass.
+  d64        8 sets x 512 items, 8 heads x 64: ``attend`` vs SDPA on the padded batch.
+
+In the ``ragged`` and ``small`` rows (and ``complete`` (a), (b)) setattn builds its
+topology from ``ptr`` inside every timed call, as a training step on a new batch does;
+the anchors likewise do all their work (``to_dense_batch``, nested tensors) per call.
 
 Matmul rate: a second table sets the d64 case against the machine's float32 matrix
 multiply rate, measured in the same run at the same thread count (torch.mm of two
@@ -41,143 +55,34 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_cases import (  # noqa: E402
+    CASES,
+    D64_DIM,
+    D64_HEADS,
+    D64_ITEMS,
+    D64_SETS,
+    anchor_differences,
+    case_d64_attend,
+    case_d64_sdpa,
+    d64_flops,
+    padded_pairs_ratio,
+    pair_ratios,
+    ragged_sizes,
+    small_sizes,
+)
 from util import (  # noqa: E402
     interleaved_seconds,
     load_average,
     peak_mb_here,
-    peak_mb_subprocess,
     print_table,
+    subprocess_json,
 )
 
-import setattn  # noqa: E402
-from setattn import scores  # noqa: E402
 from setattn.matmul import fast_float32_matmul, onednn_is_exact  # noqa: E402
 
-HEADS, HEAD_DIM = 4, 16
-DIM = HEADS * HEAD_DIM
-
-
-def _backward(out: torch.Tensor) -> None:
-    out.sum().backward()
-
-
-D64_SETS, D64_ITEMS, D64_HEADS, D64_DIM = 8, 512, 8, 64
 MATMUL_N = 2048
-
-
-def _qkv(n: int, seed: int = 0, heads: int = HEADS, dim: int = HEAD_DIM):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(n, heads, dim, generator=g).requires_grad_() for _ in range(3)]
-
-
-def ragged_sizes(seed: int = 0) -> torch.Tensor:
-    """128 long-tailed set sizes between 4 and 512 (log-normal, median ~ 40)."""
-    g = torch.Generator().manual_seed(seed)
-    sizes = torch.exp(torch.randn(128, generator=g) * 1.0 + 3.7).round().long()
-    sizes = sizes.clamp(4, 512)
-    sizes[0] = 512  # the long tail is there in every draw
-    return sizes
-
-
-# --------------------------------------------------------------------------------------
-# cases: each returns a zero-argument closure running forward + backward
-
-
-def case_complete_attend():
-    q, k, v = _qkv(64 * 128)
-    top = setattn.complete(setattn.topology.ptr_from_sizes([128] * 64))
-    return lambda: _backward(setattn.attend(q, k, v, top))
-
-
-def case_complete_sdpa():
-    q, k, v = (t.detach().view(64, 128, HEADS, HEAD_DIM).transpose(1, 2).contiguous()
-               .requires_grad_() for t in _qkv(64 * 128))  # (G, H, L, D)
-    return lambda: _backward(F.scaled_dot_product_attention(q, k, v))
-
-
-def case_complete_setattn_proj():
-    torch.manual_seed(0)
-    x = torch.randn(64 * 128, DIM, requires_grad=True)
-    lin = torch.nn.Linear(DIM, 3 * DIM)
-    top = setattn.complete(setattn.topology.ptr_from_sizes([128] * 64))
-
-    def run():
-        q, k, v = lin(x).view(-1, 3, HEADS, HEAD_DIM).unbind(1)  # (N, H, D) each
-        _backward(setattn.attend(q, k, v, top))
-
-    return run
-
-
-def case_complete_transformerconv():
-    from torch_geometric.nn import TransformerConv
-
-    torch.manual_seed(0)
-    x = torch.randn(64 * 128, DIM, requires_grad=True)
-    conv = TransformerConv(DIM, HEAD_DIM, heads=HEADS, root_weight=False)
-    top = setattn.complete(setattn.topology.ptr_from_sizes([128] * 64))
-    edge_index = top.edge_index()  # (2, 1048576)
-    return lambda: _backward(conv(x, edge_index))
-
-
-def case_ragged_attend():
-    sizes = ragged_sizes()
-    q, k, v = _qkv(int(sizes.sum()))
-    top = setattn.complete(setattn.topology.ptr_from_sizes(sizes))
-    return lambda: _backward(setattn.attend(q, k, v, top))
-
-
-def case_ragged_padded_sdpa():
-    from torch_geometric.utils import to_dense_batch
-
-    sizes = ragged_sizes()
-    q, k, v = _qkv(int(sizes.sum()))
-    batch = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
-
-    def run():
-        qd, valid = to_dense_batch(q.flatten(1), batch)  # (G, Lmax, H*D), (G, Lmax)
-        kd, _ = to_dense_batch(k.flatten(1), batch)
-        vd, _ = to_dense_batch(v.flatten(1), batch)
-        g, lmax = valid.shape
-        qd, kd, vd = (t.view(g, lmax, HEADS, HEAD_DIM).transpose(1, 2) for t in (qd, kd, vd))
-        out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=valid[:, None, None, :])
-        _backward(out.transpose(1, 2)[valid])  # (N, H, D)
-
-    return run
-
-
-def _d64_qkv(grad: bool = True):
-    """(B * N, H, D) q, k, v of the head-dim-64 case."""
-    qkv = _qkv(D64_SETS * D64_ITEMS, heads=D64_HEADS, dim=D64_DIM)
-    return qkv if grad else [t.detach() for t in qkv]
-
-
-def _d64_padded(qkv):
-    """(B * N, H, D) -> the padded (B, H, N, D) layout SDPA takes, as leaves."""
-    return [t.detach().view(D64_SETS, D64_ITEMS, D64_HEADS, D64_DIM).transpose(1, 2)
-            .contiguous().requires_grad_(t.requires_grad) for t in qkv]
-
-
-def case_d64_attend(backward: bool = True):
-    q, k, v = _d64_qkv(backward)
-    top = setattn.complete(setattn.topology.ptr_from_sizes([D64_ITEMS] * D64_SETS))
-    if not backward:
-        return lambda: setattn.attend(q, k, v, top)
-    return lambda: _backward(setattn.attend(q, k, v, top))
-
-
-def case_d64_sdpa(backward: bool = True):
-    q, k, v = _d64_padded(_d64_qkv(backward))  # (B, H, N, D)
-    if not backward:
-        return lambda: F.scaled_dot_product_attention(q, k, v)
-    return lambda: _backward(F.scaled_dot_product_attention(q, k, v))
-
-
-def d64_flops() -> float:
-    """Forward flops of QK^T and PV in the d64 case: 2 products of 2 B H N^2 D each."""
-    return 4.0 * D64_SETS * D64_HEADS * D64_ITEMS**2 * D64_DIM
 
 
 def _matmul_case():
@@ -196,60 +101,6 @@ def _through_onednn(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def _random_graph(n: int = 100_000, e: int = 1_000_000):
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(0, n, (2, e), generator=g), n
-
-
-def case_sparse_attend():
-    edge_index, n = _random_graph()
-    torch.manual_seed(0)
-    x = torch.randn(n, DIM, requires_grad=True)
-    lin = torch.nn.Linear(DIM, DIM, bias=False)
-    score = scores.GAT(HEADS, HEAD_DIM)
-    top = setattn.edges(edge_index, n)
-
-    def run():
-        h = lin(x).view(n, HEADS, HEAD_DIM)  # (N, H, D)
-        _backward(setattn.attend(h, h, h, top, score))
-
-    return run
-
-
-def case_sparse_pyg_gatconv():
-    from torch_geometric.nn import GATConv
-
-    edge_index, n = _random_graph()
-    torch.manual_seed(0)
-    x = torch.randn(n, DIM, requires_grad=True)
-    conv = GATConv(DIM, HEAD_DIM, heads=HEADS, add_self_loops=False, bias=False)
-    return lambda: _backward(conv(x, edge_index))
-
-
-CASES = {
-    "complete_attend": case_complete_attend,
-    "complete_sdpa": case_complete_sdpa,
-    "complete_setattn_proj": case_complete_setattn_proj,
-    "complete_transformerconv": case_complete_transformerconv,
-    "ragged_attend": case_ragged_attend,
-    "ragged_padded_sdpa": case_ragged_padded_sdpa,
-    "sparse_attend": case_sparse_attend,
-    "sparse_pyg_gatconv": case_sparse_pyg_gatconv,
-    "d64_attend": case_d64_attend,
-    "d64_sdpa": case_d64_sdpa,
-}
-
-COMPARISONS = [
-    ("complete 64x128: attend vs SDPA (same padded batch)", "complete_attend", "complete_sdpa"),
-    ("complete 64x128: proj+attend vs PyG TransformerConv", "complete_setattn_proj",
-     "complete_transformerconv"),
-    ("ragged 4..512: attend (buckets) vs pad-to-max SDPA", "ragged_attend",
-     "ragged_padded_sdpa"),
-    ("sparse 100k/1M: GAT attend vs PyG GATConv", "sparse_attend", "sparse_pyg_gatconv"),
-    ("complete 8x512, 8 heads x 64: attend vs SDPA", "d64_attend", "d64_sdpa"),
-]
-
-
 def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
     def run():
         with torch.no_grad():
@@ -257,7 +108,7 @@ def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def matmul_table(repeats: int) -> None:
+def matmul_table(repeats: int, markdown: bool = False) -> None:
     """Achieved GFLOP/s of the d64 case against torch.mm's rate, all measured now; also
     the rate of the same product through oneDNN, which PyTorch does not use for float32
     by default (on AMD CPUs it is the faster of the two)."""
@@ -284,51 +135,110 @@ def matmul_table(repeats: int) -> None:
           f"thread(s); through oneDNN {dnn:.1f} GFLOP/s (exact float32 here: {onednn}); "
           f"medians of interleaved rounds")
     print_table(["complete attention", "ms", "GFLOP/s", "of matmul rate",
-                 "of oneDNN rate"], rows)
+                 "of oneDNN rate"], rows, markdown=markdown)
+
+
+def comparisons() -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(group, setattn case, [(anchor label, anchor case)]): each group is timed in one
+    set of interleaved rounds."""
+    pad = padded_pairs_ratio(ragged_sizes())
+    return [
+        ("complete 64 sets x 128", "complete_attend", [
+            ("SDPA on the same batch already padded (no PyG)", "complete_sdpa"),
+            ("PyG to_dense_batch + SDPA", "complete_pyg_dense")]),
+        ("complete 64 sets x 128, with q/k/v projections", "complete_setattn_proj", [
+            ("PyG TransformerConv on the 1M-edge list (old row)", "complete_transformerconv")]),
+        ("ragged, 128 sets of 4..512", "ragged_attend", [
+            ("SDPA per power-of-two size bucket", "ragged_buckets"),
+            (f"to_dense_batch + SDPA, all padded to 512 ({pad:.1f}x the pairs; old row)",
+             "ragged_padded_sdpa")]),
+        ("ragged, 128 sets of 4..512 (2 rounds: the anchor takes seconds)", "ragged_attend",
+         [("nested-tensor (jagged) SDPA", "ragged_nested")]),
+        ("small, 64 sets of 20..60, new batch per call", "small_attend", [
+            ("PyG to_dense_batch + SDPA", "small_pyg_dense"),
+            ("nested-tensor (jagged) SDPA", "small_nested"),
+            ("SDPA per power-of-two size bucket", "small_buckets")]),
+        ("sparse 100k nodes / 1M edges, GAT score", "sparse_attend", [
+            ("PyG GATConv", "sparse_pyg_gatconv")]),
+        ("complete 8 sets x 512, 8 heads x 64", "d64_attend", [("SDPA", "d64_sdpa")]),
+    ]
+
+
+def measure_memory(case: str) -> dict[str, float]:
+    """In this (fresh) process: peak RSS growth of the first pass of ``case`` (set-up
+    done, nothing run yet) and of the second."""
+    fn = CASES[case]()
+    first = peak_mb_here(fn)
+    return {"first_mb": first, "warm_mb": peak_mb_here(fn)}
+
+
+def _memory(case: str, args: argparse.Namespace) -> dict[str, float]:
+    if args.no_memory:
+        return {"first_mb": float("nan"), "warm_mb": float("nan")}
+    return subprocess_json(__file__, case, ["--threads", str(args.threads)])
+
+
+def run_comparisons(args: argparse.Namespace) -> None:
+    """Time every group in interleaved rounds, measure memory, print the table."""
+    diffs = ", ".join(f"{k} {v:.1e}" for k, v in anchor_differences().items())
+    print(f"max |anchor - attend| on the forward output: {diffs}")
+    for kind, sizes in (("small (first batch)", small_sizes(0)), ("ragged", ragged_sizes())):
+        pairs = ", ".join(f"{k} {v:.2f}x" for k, v in pair_ratios(sizes).items())
+        print(f"attention pairs computed over the real pairs, {kind}: {pairs}")
+    rows, mem = [], {}
+    for group, ours, anchors in comparisons():
+        if args.only and not ours.startswith(args.only):
+            continue
+        slow = {"complete_transformerconv", "ragged_nested"} & {a for _, a in anchors}
+        repeats = 2 if slow else args.repeats
+        cases = {name: CASES[name]() for name in [ours, *(a for _, a in anchors)]}
+        sec = interleaved_seconds(cases, repeats)
+        for name in cases:
+            mem[name] = mem.get(name) or _memory(name, args)
+            print(f"  measured {name}: {sec[name] * 1e3:.1f} ms, {mem[name]}", file=sys.stderr)
+        for label, anchor in anchors:
+            m_ours, m_anchor = mem[ours], mem[anchor]
+            rows.append([f"{group}: attend vs {label}", f"{sec[ours] * 1e3:.1f}",
+                         f"{sec[anchor] * 1e3:.1f}", f"{sec[anchor] / sec[ours]:.2f}x",
+                         *_mem_cells(m_ours["first_mb"], m_anchor["first_mb"]),
+                         *_mem_cells(m_ours["warm_mb"], m_anchor["warm_mb"])])
+    print_table(["comparison (fwd+bwd)", "setattn ms", "anchor ms", "speed-up",
+                 "first pass: setattn MB", "anchor MB", "memory ratio",
+                 "after warm-up: setattn MB", "anchor MB", "memory ratio"], rows,
+                markdown=args.markdown)
+    print("speed-up = anchor ms / setattn ms (> 1: setattn faster); "
+          "memory ratio = anchor MB / setattn MB (> 1: setattn lighter)")
+
+
+def _mem_cells(ours: float, anchor: float) -> list[str]:
+    return [f"{ours:.0f}", f"{anchor:.0f}", f"{anchor / max(ours, 1e-9):.2f}x"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memory", metavar="CASE", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--no-memory", action="store_true", help="skip the memory column")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory columns")
+    parser.add_argument("--only", metavar="PREFIX",
+                        help="only the groups whose setattn case starts with PREFIX "
+                             "(complete, ragged, small, sparse, d64); no matmul table")
     parser.add_argument("--only-matmul", action="store_true",
                         help="only the head-dim-64 table against the matmul rate")
+    parser.add_argument("--markdown", action="store_true", help="tables in Markdown")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
-                        help="torch CPU threads for both sides (default: torch's)")
+                        help="torch CPU threads for every side (default: torch's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.memory:
-        fn = CASES[args.memory]()
-        fn()  # warm-up allocations of the graph caches and kernels
-        print(json.dumps({"peak_mb": peak_mb_here(fn)}))
-        return
-
-    if args.only_matmul:
-        matmul_table(args.repeats)
+        print(json.dumps(measure_memory(args.memory)))
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"load average {load_average()}")
-    seconds, mem = {}, {}
-    for _, ours, anchor in COMPARISONS:  # each pair timed in interleaved rounds
-        repeats = 2 if "transformerconv" in anchor else args.repeats
-        seconds.update(interleaved_seconds({ours: CASES[ours](), anchor: CASES[anchor]()}, repeats))
-        for name in (ours, anchor):
-            mem[name] = float("nan") if args.no_memory else \
-                peak_mb_subprocess(__file__, name, ["--threads", str(args.threads)])
-            print(f"  measured {name}: {seconds[name] * 1e3:.1f} ms, {mem[name]:.0f} MB",
-                  file=sys.stderr)
-    rows = []
-    for label, ours, anchor in COMPARISONS:
-        rows.append([label, f"{seconds[ours] * 1e3:.1f}", f"{seconds[anchor] * 1e3:.1f}",
-                     f"{seconds[anchor] / seconds[ours]:.2f}x",
-                     f"{mem[ours]:.0f}", f"{mem[anchor]:.0f}",
-                     f"{mem[anchor] / max(mem[ours], 1e-9):.2f}x"])
-    print_table(["comparison (fwd+bwd)", "setattn ms", "anchor ms", "speed-up",
-                 "setattn MB", "anchor MB", "memory ratio"], rows)
-    print("speed-up = anchor ms / setattn ms (> 1: setattn faster); "
-          "memory ratio = anchor MB / setattn MB (> 1: setattn lighter)")
-    matmul_table(args.repeats)
+    if not args.only_matmul:
+        run_comparisons(args)
+    if not args.only:
+        matmul_table(args.repeats, args.markdown)
+    print(f"load average at the end {load_average()}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,17 @@
-"""setattn GATConv vs PyG GATConv: forward+backward time and peak memory.
+"""setattn GATConv / GATv2Conv vs PyG's: forward+backward time, first call and peak memory.
 
-A random graph (default 100k nodes, 1M directed edges, uniform endpoints, self loops
-added by both layers), 32 input features, 4 heads x 16 channels, concat. The setattn
-layer is ``GATConv.from_pyg(pyg_layer)``, so both compute the same function (the
+Two sizes:
+
+* default (large): one random graph (100k nodes, 1M directed edges, uniform endpoints,
+  self loops added by both layers), 32 input features, ``GATConv`` 4 heads x 16, concat;
+  the same edge_index every pass (full-graph training);
+* ``--small``: the sizes of molecule training: batches of 64 molecule-like graphs of
+  20-60 atoms (benchmarks/graphs.py: about 2,500 atoms and 5,700 directed bonds), 64
+  input features, 4 heads x 16, a new batch (of 16 different ones) every pass, for
+  ``GATConv``, ``GATv2Conv`` and ``GATv2Conv(edge_dim=7)`` with bond features, self
+  loops added by the layers (PyG's defaults). Per-call overhead dominates here.
+
+The setattn layer is ``from_pyg(pyg_layer)``, so both compute the same function (the
 script checks the outputs agree).
 
 Measurements:
@@ -16,12 +25,13 @@ Measurements:
   forward+backward over the resident size just before it. The peak is reset with
   ``/proc/self/clear_refs`` right before the pass, so allocations made while building
   the graph do not hide it. This counts everything the pass touches (activations,
-  gradients, temporaries, allocator slack), the CPU analogue of CUDA's
-  ``max_memory_allocated`` delta.
+  gradients, temporaries, allocator slack, setattn's sparse layouts), the CPU analogue
+  of CUDA's ``max_memory_allocated`` delta.
 
-    python benchmarks/layers.py                # the full size, prints a table
+    python benchmarks/layers.py --threads 1             # the large graph, prints a table
+    python benchmarks/layers.py --threads 1 --small     # batches of small graphs
     python benchmarks/layers.py --nodes 10000 --edges 100000 --repeats 3
-    python benchmarks/layers.py --profile      # top ops of the setattn pass
+    python benchmarks/layers.py --profile               # top ops of the setattn pass
 """
 
 from __future__ import annotations
@@ -38,67 +48,145 @@ import torch
 import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from util import interleaved_seconds, load_average, peak_mb_here  # noqa: E402
+from graphs import molecule_batch  # noqa: E402
+from util import interleaved_seconds, load_average, peak_mb_here, print_table  # noqa: E402
 
-from setattn.nn import GATConv  # noqa: E402
+from setattn.nn import GATConv, GATv2Conv  # noqa: E402
+
+SMALL_GRAPHS, SMALL_SIZES, SMALL_BATCHES, SMALL_IN, BOND_DIM = 64, (20, 60), 16, 64, 7
+KINDS = {"gat": "GATConv", "gatv2": "GATv2Conv", "gatv2_edges": "GATv2Conv, edge_dim 7"}
 
 
-def build(args: argparse.Namespace):
-    """Graph and the two layers (same weights), deterministic in ``args.seed``."""
+def graphs(args: argparse.Namespace) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(x, edge_index, edge_attr) of every batch, deterministic in ``args.seed``."""
     gen = torch.Generator().manual_seed(args.seed)
+    if args.small:
+        out = []
+        for _ in range(SMALL_BATCHES):
+            b = molecule_batch(SMALL_GRAPHS, gen, SMALL_SIZES, SMALL_IN, BOND_DIM)
+            out.append((b["x"], b["edge_index"], b["edge_attr"]))
+        return out
     x = torch.randn(args.nodes, args.in_channels, generator=gen)
     edge_index = torch.randint(0, args.nodes, (2, args.edges), generator=gen)
+    return [(x, edge_index, None)]
+
+
+def layers(args: argparse.Namespace, kind: str) -> dict[str, torch.nn.Module]:
+    """PyG's layer of ``kind`` and setattn's copy of it (same weights)."""
     torch.manual_seed(args.seed)
-    pyg = pyg_nn.GATConv(args.in_channels, args.channels, heads=args.heads)
-    ours = GATConv.from_pyg(pyg)
-    return x, edge_index, {"setattn": ours, "pyg": pyg}
+    width = SMALL_IN if args.small else args.in_channels
+    if kind == "gat":
+        pyg = pyg_nn.GATConv(width, args.channels, heads=args.heads)
+        return {"setattn": GATConv.from_pyg(pyg), "pyg": pyg}
+    edge_dim = BOND_DIM if kind == "gatv2_edges" else None
+    pyg = pyg_nn.GATv2Conv(width, args.channels, heads=args.heads, edge_dim=edge_dim)
+    return {"setattn": GATv2Conv.from_pyg(pyg), "pyg": pyg}
 
 
-def step(layer: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor) -> None:
+def step(layer: torch.nn.Module, batch: tuple, edges: bool) -> None:
+    """One forward + backward of ``layer`` on ``batch`` (x, edge_index, edge_attr)."""
+    x, edge_index, edge_attr = batch
     layer.zero_grad(set_to_none=True)
-    layer(x, edge_index).square().sum().backward()
+    out = layer(x, edge_index, edge_attr) if edges else layer(x, edge_index)
+    out.square().sum().backward()
+
+
+def cycling(layer: torch.nn.Module, batches: list, kind: str):
+    """A closure running ``step`` on the next batch at every call."""
+    state = {"i": -1}
+
+    def run():
+        state["i"] = (state["i"] + 1) % len(batches)
+        step(layer, batches[state["i"]], kind == "gatv2_edges")
+
+    return run
 
 
 def measure(args: argparse.Namespace) -> dict:
     """Runs inside the subprocess for one layer: the first pass's time and peak memory
     (the steady time is measured in the parent, interleaved)."""
     torch.set_num_threads(args.threads)
-    x, edge_index, layers = build(args)
-    layer = layers[args.case]
-    del layers
+    run = cycling(layers(args, args.kind)[args.case], graphs(args), args.kind)
     t0 = time.perf_counter()
-    peak_mb = peak_mb_here(lambda: step(layer, x, edge_index))
+    peak_mb = peak_mb_here(run)
     return {"case": args.case, "first_seconds": time.perf_counter() - t0, "peak_mb": peak_mb}
-
-
-def interleaved_layer_seconds(args: argparse.Namespace) -> dict[str, float]:
-    """Median fwd+bwd seconds of both layers, measured in alternating rounds."""
-    torch.set_num_threads(args.threads)
-    x, edge_index, layers = build(args)
-    cases = {name: (lambda layer=layer: step(layer, x, edge_index))
-             for name, layer in layers.items()}
-    return interleaved_seconds(cases, args.repeats)
 
 
 def profile(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
-    x, edge_index, layers = build(args)
-    layer = layers[args.case]
-    step(layer, x, edge_index)
+    run = cycling(layers(args, args.kind)[args.case], graphs(args), args.kind)
+    run()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        step(layer, x, edge_index)
+        run()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
 
 
-def check_same(args: argparse.Namespace) -> float:
-    x, edge_index, layers = build(args)
+def max_difference(pair: dict[str, torch.nn.Module], batch: tuple, kind: str) -> float:
+    """Largest |setattn - PyG| of the forward outputs on ``batch``."""
+    x, edge_index, edge_attr = batch
+    extra = (edge_attr,) if kind == "gatv2_edges" else ()
     with torch.no_grad():
-        return float((layers["setattn"](x, edge_index) - layers["pyg"](x, edge_index))
+        return float((pair["setattn"](x, edge_index, *extra) - pair["pyg"](x, edge_index, *extra))
                      .abs().max())
 
 
-def main() -> None:
+def first_calls(args: argparse.Namespace, kind: str) -> dict[str, dict]:
+    """First-pass time and memory of both layers, one fresh subprocess each."""
+    keep = ("nodes", "edges", "in_channels", "heads", "channels", "threads", "seed")
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k in keep]
+    flags += ["--small"] if args.small else []
+    results = {}
+    for case in ("pyg", "setattn"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--measure", f"--case={case}",
+               f"--kind={kind}", *flags]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        results[case] = json.loads(out.strip().splitlines()[-1])
+    return results
+
+
+def compare(args: argparse.Namespace, kind: str) -> dict:
+    """Every measurement of one kind of layer, both implementations."""
+    torch.set_num_threads(args.threads)
+    batches, pair = graphs(args), layers(args, kind)
+    diff = max_difference(pair, batches[0], kind)
+    results = first_calls(args, kind)
+    cases = {name: cycling(layer, batches, kind) for name, layer in pair.items()}
+    for case, seconds in interleaved_seconds(cases, args.repeats).items():
+        results[case]["seconds"] = seconds
+    pyg, ours = results["pyg"], results["setattn"]
+    return {"results": results, "max_difference": diff,
+            "time_ratio": pyg["seconds"] / ours["seconds"],
+            "first_call_ratio": pyg["first_seconds"] / ours["first_seconds"],
+            "memory_ratio": pyg["peak_mb"] / max(ours["peak_mb"], 1e-9)}
+
+
+def report(kinds: dict[str, dict], markdown: bool) -> None:
+    rows = []
+    for kind, r in kinds.items():
+        for name, key in (("PyG", "pyg"), ("setattn", "setattn")):
+            m = r["results"][key]
+            rows.append([f"{name} {KINDS[kind]}", f"{1000 * m['seconds']:.1f}",
+                         f"{1000 * m['first_seconds']:.1f}", f"{m['peak_mb']:.1f}"])
+        rows.append([f"ratio PyG / setattn, {KINDS[kind]}", f"{r['time_ratio']:.2f}x",
+                     f"{r['first_call_ratio']:.2f}x", f"{r['memory_ratio']:.2f}x"])
+    print_table(["layer", "fwd+bwd ms", "first call ms", "first-pass peak MB"], rows,
+                markdown=markdown)
+    print("fwd+bwd: median of repeated passes after warm-up, both layers in interleaved "
+          "rounds in one process; first call: the first pass, which also builds the "
+          "sparse layouts, one subprocess per layer. Memory: peak RSS growth (VmHWM reset "
+          "via /proc/self/clear_refs) during that first pass.")
+    for kind, r in kinds.items():
+        t, m = r["time_ratio"], 1 / r["memory_ratio"]
+        print(f"result, {KINDS[kind]}: max |setattn - pyg| {r['max_difference']:.2e}; "
+              f"setattn is {t:.2f}x the speed of PyG's (fwd+bwd) at {m:.2f}x its first-pass "
+              f"peak memory (target: >= 2x the speed at <= 0.5x the memory: "
+              f"{'met' if t >= 2 and m <= 0.5 else 'not met'})")
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--small", action="store_true",
+                   help="batches of 64 molecule-like graphs, GAT and GATv2 layers")
     p.add_argument("--nodes", type=int, default=100_000)
     p.add_argument("--edges", type=int, default=1_000_000)
     p.add_argument("--in-channels", type=int, default=32)
@@ -109,55 +197,34 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--case", choices=["setattn", "pyg"], default="setattn",
                    help="with --measure / --profile: which layer")
+    p.add_argument("--kind", choices=list(KINDS), default="gat",
+                   help="with --measure / --profile: which kind of layer")
     p.add_argument("--measure", action="store_true", help="internal: measure one case")
     p.add_argument("--profile", action="store_true", help="profile one fwd+bwd of --case")
+    p.add_argument("--markdown", action="store_true", help="the table in Markdown")
     p.add_argument("--out", help="also write the results as JSON to this file")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.measure:
         print(json.dumps(measure(args)))
         return
     if args.profile:
         profile(args)
         return
-
-    print(f"GATConv fwd+bwd: {args.nodes} nodes, {args.edges} edges (+ self loops), "
-          f"in {args.in_channels}, {args.heads} heads x {args.channels}, "
-          f"{args.threads} threads, torch {torch.__version__}, "
-          f"load average {load_average()}")
-    print(f"max |setattn - pyg| on the forward output: {check_same(args):.2e}")
-    # the subprocesses measure the first call and memory; time is measured below
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-             if k in ("nodes", "edges", "in_channels", "heads", "channels", "threads", "seed")]
-    results = {}
-    for case in ("pyg", "setattn"):
-        cmd = [sys.executable, os.path.abspath(__file__), "--measure", f"--case={case}", *flags]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        results[case] = json.loads(out.strip().splitlines()[-1])
-    for case, seconds in interleaved_layer_seconds(args).items():
-        results[case]["seconds"] = seconds
-    rows = [("PyG GATConv", results["pyg"]), ("setattn GATConv", results["setattn"])]
-    print(f"\n{'layer':18s} {'fwd+bwd ms':>11s} {'first call ms':>14s} {'peak MB':>9s}")
-    for name, r in rows:
-        print(f"{name:18s} {1000 * r['seconds']:11.1f} {1000 * r['first_seconds']:14.1f} "
-              f"{r['peak_mb']:9.1f}")
-    t_ratio = results["pyg"]["seconds"] / results["setattn"]["seconds"]
-    f_ratio = results["pyg"]["first_seconds"] / results["setattn"]["first_seconds"]
-    m_ratio = results["pyg"]["peak_mb"] / max(results["setattn"]["peak_mb"], 1e-9)
-    print(f"{'ratio pyg/setattn':18s} {t_ratio:10.2f}x {f_ratio:13.2f}x {m_ratio:8.2f}x")
-    print("fwd+bwd: median of repeated passes on the same edge_index after warm-up (as in "
-          "training), both layers in interleaved rounds in one process; first call: the "
-          "first pass, which also builds the sparse layouts, one subprocess per layer. "
-          "Memory: peak RSS growth (VmHWM reset via /proc/self/clear_refs) during that "
-          "first pass.")
-    print(f"result: setattn GATConv is {t_ratio:.2f}x the speed of PyG's "
-          f"(fwd+bwd) and uses {1 / m_ratio:.2f}x its peak memory "
-          f"(target: >= 2x the speed at <= 0.5x the memory: "
-          f"{'met' if t_ratio >= 2 and 1 / m_ratio <= 0.5 else 'not met'})")
+    size = (f"batches of {SMALL_GRAPHS} molecule-like graphs of {SMALL_SIZES[0]}-"
+            f"{SMALL_SIZES[1]} atoms, in {SMALL_IN}" if args.small else
+            f"{args.nodes} nodes, {args.edges} edges (+ self loops), in {args.in_channels}")
+    print(f"fwd+bwd: {size}, {args.heads} heads x {args.channels}, {args.threads} threads, "
+          f"torch {torch.__version__}, load average {load_average()}")
+    kinds = {kind: compare(args, kind) for kind in (KINDS if args.small else ["gat"])}
+    report(kinds, args.markdown)
+    print(f"load average at the end {load_average()}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"results": results, "time_ratio": t_ratio, "first_call_ratio": f_ratio,
-                       "memory_ratio": m_ratio,
-                       "config": vars(args)}, f, indent=2)
+            json.dump({"kinds": kinds, "config": vars(args)}, f, indent=2)
 
 
 if __name__ == "__main__":

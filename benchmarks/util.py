@@ -72,17 +72,29 @@ def peak_mb_here(fn: Callable[[], object]) -> float:
     return max(_status_mb("VmHWM") - before, 0.0)
 
 
-def peak_mb_subprocess(script: str, case: str, extra: list[str] | None = None) -> float:
-    """Run ``python script --memory case`` and read the MB figure it prints as JSON."""
+def subprocess_json(script: str, case: str, extra: list[str] | None = None) -> dict:
+    """Run ``python script --memory case`` (glibc's mmap threshold fixed, module
+    docstring) and return the JSON object its last line prints."""
     cmd = [sys.executable, script, "--memory", case, *(extra or [])]
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # buffers >= 64 kB: own mappings
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    return float(json.loads(out.strip().splitlines()[-1])["peak_mb"])
+    return json.loads(out.strip().splitlines()[-1])
 
 
-def print_table(header: list[str], rows: list[list[object]]) -> None:
-    """Print a plain aligned text table."""
+def peak_mb_subprocess(script: str, case: str, extra: list[str] | None = None) -> float:
+    """Run ``python script --memory case`` and read the MB figure it prints as JSON."""
+    return float(subprocess_json(script, case, extra)["peak_mb"])
+
+
+def print_table(header: list[str], rows: list[list[object]], markdown: bool = False) -> None:
+    """Print a plain aligned text table, or a Markdown one."""
     cells = [header] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    if markdown:
+        for n, r in enumerate(cells):
+            print("| " + " | ".join(r) + " |")
+            if n == 0:
+                print("|" + "---|" * len(header))
+        return
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     for n, r in enumerate(cells):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
