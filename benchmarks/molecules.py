@@ -50,7 +50,7 @@ the coverage there says nothing). The split seed also seeds each tool's initiali
 and batch order (setattn ``--seed``, chemprop ``--pytorch-seed``).
 
 Each finished run is saved at once in ``<--out>/results.json``; a rerun skips runs saved
-with the same settings, so an interrupted benchmark resumes (``molecule_runs``).
+with the same settings, so an interrupted benchmark resumes (``molecule_jobs``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import molecule_sets  # noqa: E402
-from molecule_runs import (  # noqa: E402
+from molecule_jobs import (  # noqa: E402
     RunSettings,
     load_results,
     record_key,

@@ -20,11 +20,11 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 def bench(monkeypatch):
     """The benchmark's modules, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import molecule_runs
+    import molecule_jobs
     import molecule_sets
     import molecule_tables
 
-    return molecule_sets, molecule_runs, molecule_tables
+    return molecule_sets, molecule_jobs, molecule_tables
 
 
 def _chemprop_parts(path: Path, column: str) -> tuple[list[int], list[int], list[int]]:
@@ -116,11 +116,11 @@ def _record(tool: str, seed: int, metric: float, dataset: str = "freesolv") -> d
 
 
 def test_results_file_replaces_a_rerun_and_keeps_the_others(bench, tmp_path):
-    _, molecule_runs, _ = bench
-    molecule_runs.save_result(tmp_path, _record("setattn", 20, 1.0))
-    molecule_runs.save_result(tmp_path, _record("chemprop", 20, 2.0))
-    molecule_runs.save_result(tmp_path, _record("setattn", 20, 0.5))
-    saved = molecule_runs.load_results(tmp_path)
+    _, molecule_jobs, _ = bench
+    molecule_jobs.save_result(tmp_path, _record("setattn", 20, 1.0))
+    molecule_jobs.save_result(tmp_path, _record("chemprop", 20, 2.0))
+    molecule_jobs.save_result(tmp_path, _record("setattn", 20, 0.5))
+    saved = molecule_jobs.load_results(tmp_path)
     assert [(r["tool"], r["result"]["metric"]) for r in saved] == [("chemprop", 2.0),
                                                                    ("setattn", 0.5)]
 
