@@ -6,8 +6,11 @@
 - ``plots``: matplotlib pictures (Agg backend, no display needed):
   ``plot_training_curve``, ``plot_alignment``, ``plot_word_weights``, ``words_to_html``,
   ``plot_patch_attention`` and ``plot_node_attention``.
+- ``images``: ``plot_patch_contributions`` (signed per-patch values over images, diverging
+  colours, colour bar, titles) and ``patch_contribution_map``, its colours.
 """
 
+from setattn.viz.images import patch_contribution_map, plot_patch_contributions
 from setattn.viz.plots import (
     plot_alignment,
     plot_node_attention,
@@ -42,9 +45,11 @@ __all__ = [
     "contribution_colours",
     "draw_atom_contributions",
     "draw_atom_weights",
+    "patch_contribution_map",
     "plot_alignment",
     "plot_node_attention",
     "plot_patch_attention",
+    "plot_patch_contributions",
     "plot_training_curve",
     "plot_word_weights",
     "weight_colour",
