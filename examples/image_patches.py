@@ -9,15 +9,22 @@ Vision Transformer whose class token is replaced by attention pooling):
   features encode the row, half the column);
 * pre-norm transformer blocks over the ``complete`` topology of each image (every
   patch attends to every patch of its own image);
-* global attention pooling: a learned query per head attends to the patches; its
-  weights are the overlay of the picture;
+* global attention pooling: a learned query per head attends to the patches;
 * a linear classifier.
 
 Two bundled data sets: UCI digits (1797 images, 8 x 8, 2 x 2 patches -> 16 per image)
 and MNIST-5k (5000 images, 28 x 28, 4 x 4 patches -> 49 per image). Each is split at
-random (``--seed``) into a held-out test part (``--test-fraction``) and a training
-part; training images are shifted by up to ``--shift`` pixels at random (the only
-augmentation). The model of the last epoch is evaluated once on the test part.
+random (per seed) into a test part (``--test-fraction``), a validation part
+(``--val-fraction``) and a training part; training images are shifted by up to
+``--shift`` pixels at random (the only augmentation). After every epoch the model is
+scored on the validation part; the weights of the best validation epoch are evaluated
+once on the test part. ``--seeds`` runs (split and model drawn anew), test accuracy
+as mean and standard deviation.
+
+Pictures (first seed, test images): per-patch contributions to the predicted class's
+logit by integrated gradients from a black image (``setattn.explain``), and the pooling
+attention relative to uniform (weight x P, 1 = no preference), each over the image
+with a diverging colour bar.
 
     python examples/image_patches.py --out runs/image_patches
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -38,14 +46,15 @@ from tqdm import tqdm
 
 import setattn
 from setattn.datasets import ImageSet, load_digits, load_mnist5k
-from setattn.domains import images_to_batch
+from setattn.domains import image_to_patches, images_to_batch
+from setattn.explain import attention_contributions, integrated_gradients
 from setattn.nn import GlobalAttentionPool, Sinusoidal2DEncoding, TransformerBlock
-from setattn.viz import plot_patch_attention
+from setattn.viz.images import plot_patch_contributions
 
 # per data set: loader, patch size, default epochs, random shift (pixels)
 DATASETS = {
     "digits": (load_digits, 2, 80, 1),
-    "mnist5k": (load_mnist5k, 4, 60, 2),
+    "mnist5k": (load_mnist5k, 4, 30, 2),
 }
 
 
@@ -94,11 +103,12 @@ def random_shift(images: Tensor, max_shift: int, gen: torch.Generator) -> Tensor
                         for i, (r, c) in enumerate(offsets.tolist())])
 
 
-def split(data: ImageSet, test_fraction: float, seed: int) -> tuple[Tensor, Tensor]:
-    """Seeded random train / test indices."""
+def split(data: ImageSet, val_fraction: float, test_fraction: float, seed: int
+          ) -> tuple[Tensor, Tensor, Tensor]:
+    """Seeded random train / validation / test indices (shares of all images)."""
     perm = torch.randperm(len(data.labels), generator=torch.Generator().manual_seed(seed))
-    n_test = round(test_fraction * len(perm))
-    return perm[n_test:], perm[:n_test]
+    n_test, n_val = round(test_fraction * len(perm)), round(val_fraction * len(perm))
+    return perm[n_test + n_val :], perm[n_test : n_test + n_val], perm[:n_test]
 
 
 def to_batch(images: Tensor, labels: Tensor, patch: int) -> Batch:
@@ -117,64 +127,138 @@ def accuracy(model: nn.Module, images: Tensor, labels: Tensor, patch: int) -> fl
     return hits / max(len(labels), 1)
 
 
-@torch.no_grad()
-def draw_attention(model: PatchSetClassifier, images: Tensor, labels: Tensor, patch: int,
-                   path: Path) -> Path:
-    """Test images beside their pooling weights per patch (mean over heads)."""
-    model.eval()
-    b = to_batch(images, labels, patch)
-    with setattn.capture() as captured:
-        pred = model(b.x, b.pos, b.ptr).argmax(1)
-    w = captured["pool"].weights.mean(1)  # (N,): edges patch j -> image g, target-major
-    per_image = w.view(len(labels), -1)  # (G, P): every image has the same P patches
-    grid = (images.shape[2] // patch, images.shape[3] // patch)
-    titles = [f"label {int(y)}, pred {int(p)}" for y, p in zip(labels, pred)]
-    return plot_patch_attention(images[:, 0], per_image, grid, patch, path, titles=titles)
+def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, sched, images: Tensor,
+                labels: Tensor, patch: int, shift: int, args: argparse.Namespace,
+                gen: torch.Generator) -> None:
+    """One pass over the training images (``images``, ``labels``) in random order."""
+    for chunk in torch.randperm(len(labels), generator=gen).split(args.batch_size):
+        b = to_batch(random_shift(images[chunk], shift, gen), labels[chunk], patch)
+        loss = F.cross_entropy(model(b.x, b.pos, b.ptr), b.y, label_smoothing=0.1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
 
 
-def run(name: str, args: argparse.Namespace, gen: torch.Generator) -> dict:
-    """Train and test on one data set; returns its metrics."""
-    loader, patch, epochs, shift = DATASETS[name]
+def train_one(name: str, data: ImageSet, args: argparse.Namespace, seed: int
+              ) -> tuple[PatchSetClassifier, dict, Tensor]:
+    """One seed: train, keep the best validation epoch's weights, test them once.
+
+    Returns:
+        The model (best validation epoch), its record, and the test indices.
+    """
+    _, patch, epochs, shift = DATASETS[name]
     epochs = args.epochs or epochs
     shift = shift if args.shift < 0 else args.shift
-    data = loader()
-    train_idx, test_idx = split(data, args.test_fraction, args.seed)
+    train_idx, val_idx, test_idx = split(data, args.val_fraction, args.test_fraction, seed)
     if args.limit:
         train_idx = train_idx[: args.limit]
     images, labels = data.images, data.labels
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     model = PatchSetClassifier(images.shape[1] * patch * patch, int(labels.max()) + 1,
                                args.dim, args.heads, args.layers, args.dropout)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     steps = epochs * math.ceil(len(train_idx) / args.batch_size)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, args.lr, total_steps=steps, pct_start=0.1)
-    start = time.perf_counter()
-    for _ in tqdm(range(epochs), desc=name, unit="epoch"):
-        for chunk in train_idx[torch.randperm(len(train_idx), generator=gen)].split(
-                args.batch_size):
-            b = to_batch(random_shift(images[chunk], shift, gen), labels[chunk], patch)
-            loss = F.cross_entropy(model(b.x, b.pos, b.ptr), b.y, label_smoothing=0.1)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
+    curve, best_state, start = [], None, time.perf_counter()
+    for _ in tqdm(range(epochs), desc=f"{name} seed {seed}", unit="epoch"):
+        train_epoch(model, opt, sched, images[train_idx], labels[train_idx], patch, shift,
+                    args, gen)
+        curve.append(accuracy(model, images[val_idx], labels[val_idx], patch))
+        if curve[-1] >= max(curve):  # ties go to the later epoch (lower learning rate)
+            best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(best_state)
+    best_epoch = max(range(len(curve)), key=lambda e: (curve[e], e)) + 1
     test_acc = accuracy(model, images[test_idx], labels[test_idx], patch)
-    picture = draw_attention(model, images[test_idx[: args.pictures]],
-                             labels[test_idx[: args.pictures]], patch,
-                             args.out / f"{name}_attention.png")
-    tqdm.write(f"{name}: test accuracy {test_acc:.4f} on {len(test_idx)} held-out images")
-    return {"test_accuracy": test_acc, "train": len(train_idx), "test": len(test_idx),
-            "patch_size": patch, "patches_per_image": (images.shape[2] // patch) ** 2,
-            "epochs": epochs, "shift": shift, "picture": picture.name,
-            "seconds": round(time.perf_counter() - start, 2)}
+    tqdm.write(f"{name} seed {seed}: validation {curve[best_epoch - 1]:.4f} at epoch "
+               f"{best_epoch}/{epochs}, test {test_acc:.4f} on {len(test_idx)} images")
+    return model, {"seed": seed, "test_accuracy": test_acc, "best_epoch": best_epoch,
+                   "train": len(train_idx), "validation": len(val_idx), "test": len(test_idx),
+                   "val_accuracy": curve[best_epoch - 1], "val_curve": curve,
+                   "seconds": round(time.perf_counter() - start, 2)}, test_idx
+
+
+def explain_images(model: PatchSetClassifier, images: Tensor, patch: int
+                   ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-patch explanations of the predicted class of each image.
+
+    Returns:
+        predictions (K,), predicted probabilities (K,), integrated gradients (K, P) in
+        logit units, attention relative to uniform (K, P) (weight x P).
+    """
+    model.eval()
+
+    def forward(b: Batch) -> Tensor:
+        return model(b.x, b.pos, b.ptr)  # (G, classes) logits
+
+    preds, probs, ig, att = [], [], [], []
+    for image in images:
+        data = image_to_patches(image, patch)
+        with torch.no_grad():
+            logits = forward(Batch.from_data_list([data]))[0]  # (classes,)
+        pred = int(logits.argmax())
+        preds.append(pred)
+        probs.append(float(logits.softmax(0)[pred]))
+        ig.append(integrated_gradients(forward, data, pred).values)  # (P,)
+        att.append(attention_contributions(forward, data, "pool", pred).values)  # (P,)
+    return torch.tensor(preds), torch.tensor(probs), torch.stack(ig), torch.stack(att)
+
+
+def draw_explanations(model: PatchSetClassifier, name: str, images: Tensor, labels: Tensor,
+                      patch: int, out: Path) -> list[Path]:
+    """Two pictures of K test images: integrated gradients and attention per patch."""
+    preds, probs, ig, att = explain_images(model, images, patch)
+    grid = (images.shape[2] // patch, images.shape[3] // patch)
+    titles = [f"label {int(y)}, pred {int(p)} ({q:.2f})"
+              for y, p, q in zip(labels, preds, probs.tolist())]
+    common = {"titles": titles, "grid_shape": grid, "patch_size": patch}
+    return [
+        plot_patch_contributions(
+            images[:, 0], ig, path=out / f"{name}_integrated_gradients.png",
+            unit="contribution to the predicted class's logit", **common,
+            suptitle=f"{name}: integrated gradients per patch from a black image; "
+                     "titles: label, prediction (probability)"),
+        plot_patch_contributions(
+            images[:, 0], att, path=out / f"{name}_attention.png", centre=1.0,
+            unit=f"pooling weight x {grid[0] * grid[1]} patches (1 = uniform)", **common,
+            suptitle=f"{name}: attention pooling weight relative to uniform (mean of heads), "
+                     "not a contribution; titles: label, prediction (probability)"),
+    ]
+
+
+def run(name: str, args: argparse.Namespace) -> dict:
+    """All seeds on one data set; pictures from the first; returns its metrics."""
+    loader, patch, _, _ = DATASETS[name]
+    data = loader()
+    runs, pictures = [], []
+    for seed in range(args.seed, args.seed + args.seeds):
+        model, record, test_idx = train_one(name, data, args, seed)
+        runs.append(record)
+        if seed == args.seed and args.pictures:
+            shown = test_idx[: args.pictures]
+            pictures = draw_explanations(model, name, data.images[shown], data.labels[shown],
+                                         patch, args.out)
+    accs = [r["test_accuracy"] for r in runs]
+    return {"test_accuracy_mean": statistics.mean(accs),
+            "test_accuracy_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+            "runs": runs, **{part: runs[0][part] for part in ("train", "validation", "test")},
+            "patch_size": patch, "patches_per_image": (data.images.shape[2] // patch) ** 2,
+            "pictures": [p.name for p in pictures]}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = new_parser(__doc__)
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS),
                    help="data sets to run")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out test share")
+    p.add_argument("--seeds", type=int, default=5, help="independent runs (seeds --seed, "
+                   "--seed + 1, ...): split and model")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="test share")
+    p.add_argument("--val-fraction", type=float, default=0.1,
+                   help="validation share (epoch choice)")
     p.add_argument("--epochs", type=int, default=0,
-                   help="epochs (0: per data set, 80 for digits and 60 for mnist5k)")
+                   help=f"epochs (0: per data set, "
+                   f"{DATASETS['digits'][2]} for digits and {DATASETS['mnist5k'][2]} for mnist5k)")
     p.add_argument("--shift", type=int, default=-1,
                    help="random shift in pixels (-1: per data set, 1 for digits, 2 for mnist5k)")
     p.add_argument("--batch-size", type=int, default=64, help="images per step")
@@ -186,24 +270,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay")
     p.add_argument("--limit", type=int, default=0, help="training images (0: all)")
     p.add_argument("--pictures", type=int, default=12, help="test images to draw")
-    add_run_options(p, "runs/image_patches", seed_help="random seed (split and model)")
+    add_run_options(p, "runs/image_patches", seed_help="first seed",
+                    quick_help="about 30 s: 8 epochs on 1000 images, small model, 1 seed")
     args = p.parse_args(argv)
     if args.quick:
-        args.epochs, args.limit, args.dim, args.layers, args.pictures = 1, 300, 32, 1, 6
+        args.epochs, args.limit, args.dim, args.layers, args.pictures = 8, 1000, 32, 1, 4
+        args.seeds, args.batch_size, args.lr = 1, 32, 5e-3
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    gen = start_run(args)
+    start_run(args)  # every seed seeds torch again with its own seed
     start = time.perf_counter()
-    results = {name: run(name, args, gen) for name in args.datasets}
+    results = {name: run(name, args) for name in args.datasets}
     metrics = write_metrics({
-        "test_accuracy": {name: r["test_accuracy"] for name, r in results.items()},
+        "test_accuracy_mean": {name: r["test_accuracy_mean"] for name, r in results.items()},
+        "test_accuracy_std": {name: r["test_accuracy_std"] for name, r in results.items()},
         "datasets": results,
     }, args, start)
-    summary = ", ".join(f"{name} {100 * r['test_accuracy']:.2f} %" for name, r in results.items())
-    print_result(f"patch-set test accuracy {summary}", metrics, args.out)
+    summary = ", ".join(f"{name} {100 * r['test_accuracy_mean']:.2f} +- "
+                        f"{100 * r['test_accuracy_std']:.2f} %" for name, r in results.items())
+    print_result(f"patch-set test accuracy {summary}", metrics, args.out,
+                 detail=f"{args.seeds} seed(s), epoch chosen on validation")
     return metrics
 
 

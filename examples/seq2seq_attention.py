@@ -16,9 +16,12 @@ Jointly Learning to Align and Translate", at a small size:
   the items of sentence g); then ``s_t = GRU([y_{t-1}; c_t], s_{t-1})`` and
   ``y_t = softmax(W_o [s_t; c_t])``.
 
-Trained with teacher forcing, decoded greedily; the metric is exact match of the
-whole ISO string on held-out dates (never seen as sources in training). The picture is
-the alignment heatmap, output characters x input characters, like Bahdanau's Figure 3.
+The calendar days 1950-2049 are partitioned at random (``--seed``) into training,
+validation and test days: no validation or test date is a training target, in any
+wording. Trained with teacher forcing, decoded greedily; after every epoch the model is
+scored on the validation dates and the weights of the best epoch are evaluated once on
+the test dates. The metric is exact match of the whole ISO string. The picture is the
+alignment heatmap, output characters x input characters, like Bahdanau's Figure 3.
 
     python examples/seq2seq_attention.py --out runs/seq2seq
 """
@@ -29,6 +32,7 @@ import argparse
 import datetime as dt
 import random
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -90,20 +94,44 @@ def _ordinal_suffix(day: int) -> str:
     return {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
 
 
-def make_pairs(num: int, rng: random.Random, exclude: set[str] | None = None
+def split_days(num_val: int, num_test: int, rng: random.Random
+               ) -> tuple[list[int], list[int], list[int]]:
+    """Partition the calendar days (offsets from FIRST_DAY) into train / validation / test.
+
+    A date of the validation or test part is never a training target, in any wording.
+    """
+    days = list(range(NUM_DAYS))
+    rng.shuffle(days)
+    return days[num_val + num_test :], days[:num_val], days[num_val : num_val + num_test]
+
+
+def make_pairs(num: int, days: list[int], rng: random.Random, distinct_dates: bool = False
                ) -> list[tuple[str, str]]:
-    """``num`` distinct (written date, ISO date) pairs whose sources avoid ``exclude``."""
-    exclude = exclude or set()
+    """``num`` (written date, ISO date) pairs with distinct sources, dates drawn from ``days``.
+
+    Args:
+        num: pairs wanted.
+        days: the calendar days (offsets from FIRST_DAY) to draw from.
+        rng: the random source (dates and wordings).
+        distinct_dates: every date at most once (one wording each), as for evaluation.
+    """
+    if num > (len(days) if distinct_dates else 11 * len(days)):
+        raise ValueError(f"cannot draw {num} pairs from {len(days)} days")
+    if distinct_dates:
+        return [_pair(FIRST_DAY + dt.timedelta(days=d), rng) for d in rng.sample(days, num)]
     seen: set[str] = set()
     pairs = []
     while len(pairs) < num:
-        date = FIRST_DAY + dt.timedelta(days=rng.randrange(NUM_DAYS))
-        source = write_date(date, rng)
-        if source in exclude or source in seen:
-            continue
-        seen.add(source)
-        pairs.append((source, date.isoformat()))
+        source, target = _pair(FIRST_DAY + dt.timedelta(days=rng.choice(days)), rng)
+        if source not in seen:
+            seen.add(source)
+            pairs.append((source, target))
     return pairs
+
+
+def _pair(date: dt.date, rng: random.Random) -> tuple[str, str]:
+    """One random wording of ``date`` and its ISO form."""
+    return write_date(date, rng), date.isoformat()
 
 
 class CharVocab:
@@ -254,6 +282,19 @@ def exact_match(model: Seq2Seq, pairs: list[tuple[str, str]], src_vocab: CharVoc
     return hits / max(len(pairs), 1), preds
 
 
+def char_accuracy(preds: list[str], targets: list[str]) -> float:
+    """Share of the target characters that the prediction has at the same position."""
+    hits = sum(p == t for pred, target in zip(preds, targets) for p, t in zip(pred, target))
+    return hits / max(sum(len(t) for t in targets), 1)
+
+
+def majority_baseline(train: list[str], targets: list[str]) -> float:
+    """``char_accuracy`` of the best input-blind guess: per position, the most common
+    training character (what a model that ignores its input can reach at best)."""
+    guess = "".join(Counter(column).most_common(1)[0][0] for column in zip(*train))
+    return char_accuracy([guess] * len(targets), targets)
+
+
 def _eos(ids: list[int]) -> int:
     """Length before the first EOS (the whole list without one)."""
     return ids.index(EOS) if EOS in ids else len(ids)
@@ -273,7 +314,9 @@ def draw_alignments(model: Seq2Seq, pairs: list[tuple[str, str]], src_vocab: Cha
         labels = [tgt_vocab.itos[i] for i in row[:n_out]]
         paths.append(plot_alignment(att, labels, list(source), out / f"alignment_{b}.png",
                                     title=f"{source!r} -> {tgt_vocab.decode(row)!r} "
-                                          f"(target {target})"))
+                                          f"(target {target})",
+                                    xlabel="input characters (\u00b7 = space)",
+                                    ylabel="output characters"))
     return paths
 
 
@@ -286,21 +329,74 @@ def picture_pairs(pairs: list[tuple[str, str]], count: int) -> list[tuple[str, s
     return [longest] + [p for p in pairs if p is not longest][: count - 1]
 
 
+def train_epoch(model: Seq2Seq, opt: torch.optim.Optimizer, sched, train: list[tuple[str, str]],
+                vocabs: tuple[CharVocab, CharVocab], batch_size: int, bar: tqdm) -> None:
+    """One pass over ``train`` (in its current order) with teacher forcing."""
+    for s in range(0, len(train), batch_size):
+        src, lengths, tgt = encode_batch(train[s : s + batch_size], *vocabs)
+        logits = model(src, lengths, tgt)  # (B, T, vocab)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.update(1)
+
+
+def fit(model: Seq2Seq, train: list[tuple[str, str]], val: list[tuple[str, str]],
+        vocabs: tuple[CharVocab, CharVocab], args: argparse.Namespace, rng: random.Random
+        ) -> list[float]:
+    """Train ``args.epochs`` epochs; load the weights of the best validation epoch.
+
+    Returns:
+        The validation exact match after every epoch (ties go to the later epoch).
+    """
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    steps_per_epoch = -(-len(train) // args.batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, args.lr, total_steps=args.epochs
+                                                * steps_per_epoch)
+    bar = tqdm(total=args.epochs * steps_per_epoch, desc="seq2seq", unit="step")
+    curve, best_state = [], None
+    for _ in range(args.epochs):
+        rng.shuffle(train)
+        train_epoch(model, opt, sched, train, vocabs, args.batch_size, bar)
+        curve.append(exact_match(model, val, *vocabs)[0])
+        bar.set_postfix(val=f"{curve[-1]:.4f}")
+        if curve[-1] >= max(curve):
+            best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    bar.close()
+    model.load_state_dict(best_state)
+    return curve
+
+
+def make_data(args: argparse.Namespace, rng: random.Random) -> dict[str, list[tuple[str, str]]]:
+    """Train / validation / test pairs over disjoint calendar days (``split_days``)."""
+    train_days, val_days, test_days = split_days(args.val_size, args.test_size, rng)
+    return {"train": make_pairs(args.train_size, train_days, rng),
+            "val": make_pairs(args.val_size, val_days, rng, distinct_dates=True),
+            "test": make_pairs(args.test_size, test_days, rng, distinct_dates=True)}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = new_parser(__doc__)
     p.add_argument("--train-size", type=int, default=20000, help="training pairs")
-    p.add_argument("--test-size", type=int, default=2000, help="held-out pairs")
+    p.add_argument("--val-size", type=int, default=1000,
+                   help="validation dates (epoch choice), one wording each")
+    p.add_argument("--test-size", type=int, default=2000, help="test dates, one wording each")
     p.add_argument("--epochs", type=int, default=8, help="passes over the training pairs")
     p.add_argument("--batch-size", type=int, default=64, help="pairs per step")
     p.add_argument("--hidden", type=int, default=128, help="encoder (both directions) and "
                    "decoder state width")
     p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
     p.add_argument("--pictures", type=int, default=3, help="alignment heatmaps to draw")
-    add_run_options(p, "runs/seq2seq", seed_help="random seed (data and model)")
+    add_run_options(p, "runs/seq2seq", seed_help="random seed (data and model)",
+                    quick_help="about 15 s: 2000 pairs, 2 epochs, a smaller model")
     args = p.parse_args(argv)
     if args.quick:
-        args.train_size, args.test_size, args.epochs, args.hidden = 1500, 200, 1, 32
-        args.pictures = 1
+        args.train_size, args.val_size, args.test_size, args.epochs = 2000, 200, 200, 2
+        args.hidden, args.batch_size, args.pictures = 64, 32, 1
     return args
 
 
@@ -309,44 +405,34 @@ def main(argv: list[str] | None = None) -> dict:
     start_run(args)
     rng = random.Random(args.seed)
     start = time.perf_counter()
-    train = make_pairs(args.train_size, rng)
-    test = make_pairs(args.test_size, rng, exclude={s for s, _ in train})
-    src_vocab = CharVocab("".join(s for s, _ in train + test))
-    tgt_vocab = CharVocab(TARGET_CHARS)
-    model = Seq2Seq(len(src_vocab), len(tgt_vocab), hidden=args.hidden)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    steps_per_epoch = -(-len(train) // args.batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, args.lr, total_steps=args.epochs
-                                                * steps_per_epoch)
-    bar = tqdm(total=args.epochs * steps_per_epoch, desc="seq2seq", unit="step")
-    for _ in range(args.epochs):
-        rng.shuffle(train)
-        for s in range(0, len(train), args.batch_size):
-            src, lengths, tgt = encode_batch(train[s : s + args.batch_size], src_vocab,
-                                             tgt_vocab)
-            logits = model(src, lengths, tgt)  # (B, T, vocab)
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1), tgt.flatten())
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-            bar.update(1)
-    bar.close()
-    accuracy, preds = exact_match(model, test, src_vocab, tgt_vocab)
-    pictures = draw_alignments(model, picture_pairs(test, args.pictures), src_vocab, tgt_vocab,
+    data = make_data(args, rng)
+    vocabs = (CharVocab("".join(s for part in data.values() for s, _ in part)),
+              CharVocab(TARGET_CHARS))
+    model = Seq2Seq(len(vocabs[0]), len(vocabs[1]), hidden=args.hidden)
+    curve = fit(model, data["train"], data["val"], vocabs, args, rng)
+    accuracy, preds = exact_match(model, data["test"], *vocabs)
+    targets = [t for _, t in data["test"]]
+    pictures = draw_alignments(model, picture_pairs(data["test"], args.pictures), *vocabs,
                                args.out)
+    best = max(range(len(curve)), key=lambda e: (curve[e], e))
     metrics = write_metrics({
         "exact_match": accuracy,
-        "test_size": len(test),
-        "train_size": len(train),
+        "char_accuracy": char_accuracy(preds, targets),
+        "input_blind_char_accuracy": majority_baseline([t for _, t in data["train"]], targets),
+        "test_size": len(data["test"]),
+        "val_size": len(data["val"]),
+        "train_size": len(data["train"]),
+        "best_epoch": best + 1,
+        "val_curve": curve,
+        "test_dates_in_train": len({t for _, t in data["test"]} & {t for _, t in data["train"]}),
         "examples": [{"source": s, "target": t, "prediction": p}
-                     for (s, t), p in zip(test[:10], preds[:10])],
+                     for (s, t), p in zip(data["test"][:10], preds[:10])],
         "pictures": [p.name for p in pictures],
     }, args, start)
-    print_result(f"dates -> ISO exact match {accuracy:.4f} on {len(test)} held-out dates",
-                 metrics, args.out)
+    print_result(f"dates -> ISO exact match {accuracy:.4f} on {len(data['test'])} test dates "
+                 "never seen in training", metrics, args.out,
+                 detail=f"epoch {best + 1}/{args.epochs} chosen on validation "
+                        f"({curve[best]:.4f})")
     return metrics
 
 

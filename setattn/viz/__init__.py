@@ -8,10 +8,13 @@
   ``plot_patch_attention`` and ``plot_node_attention``.
 - ``text``: words shaded by signed contributions (diverging colours, colour bar):
   ``WordSection``, ``plot_word_contributions``, ``words_contributions_html``.
-- ``colours``: ``contribution_colours`` and ``contribution_limit``, shared by both.
+- ``images``: ``plot_patch_contributions`` (signed per-patch values over images, diverging
+  colours, colour bar, titles) and ``patch_contribution_map``, its colours.
+- ``colours``: ``contribution_colours`` and ``contribution_limit``, shared by them.
 """
 
 from setattn.viz.colours import contribution_colours, contribution_limit
+from setattn.viz.images import patch_contribution_map, plot_patch_contributions
 from setattn.viz.plots import (
     plot_alignment,
     plot_node_attention,
@@ -48,9 +51,11 @@ __all__ = [
     "contribution_limit",
     "draw_atom_contributions",
     "draw_atom_weights",
+    "patch_contribution_map",
     "plot_alignment",
     "plot_node_attention",
     "plot_patch_attention",
+    "plot_patch_contributions",
     "plot_training_curve",
     "plot_word_contributions",
     "plot_word_weights",

@@ -117,8 +117,11 @@ def plot_alignment(
     title: str | None = None,
     xlabel: str = "input",
     ylabel: str = "output",
+    unit: str = "attention weight",
 ) -> Path:
     """A heatmap of attention weights, one row per output token, one column per input token.
+
+    Weights are drawn on a fixed 0 (black) to 1 (white) scale, so that pictures compare.
 
     Args:
         weights: (T_out, T_in) weights; row t is output step t's attention over the input.
@@ -128,6 +131,7 @@ def plot_alignment(
         title: an optional title.
         xlabel: the x axis caption.
         ylabel: the y axis caption.
+        unit: the colour bar's caption.
 
     Returns:
         ``path`` as a ``Path``.
@@ -142,16 +146,15 @@ def plot_alignment(
     cell = 0.32  # inches per token
     fig, ax = plt.subplots(figsize=(max(3.0, cell * w.shape[1] + 1.5),
                                     max(2.5, cell * w.shape[0] + 1.2)))
-    image = ax.imshow(w, cmap="gray", vmin=0.0, vmax=max(float(w.max(initial=0.0)), 1e-9),
-                      aspect="equal")
+    image = ax.imshow(w, cmap="gray", vmin=0.0, vmax=1.0, aspect="equal")
     ax.set_xticks(range(len(col_labels)), [_visible(t) for t in col_labels], rotation=90)
     ax.set_yticks(range(len(row_labels)), [_visible(t) for t in row_labels])
     ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.xaxis.set_ticks_position("top")
     ax.xaxis.set_label_position("top")
-    if title:
-        ax.set_title(title, fontsize=9, pad=8, y=-0.12 if w.shape[0] > 4 else -0.3)
-    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+    if title:  # above the x axis' tick labels and caption
+        ax.set_title(title, fontsize=9, pad=4 + 6 * max(map(len, col_labels), default=1) + 14)
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02).set_label(unit, fontsize=8)
     return _save(fig, path)
 
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from example_runs import check_help, check_pictures, load_example, quick_run
 
-from setattn.datasets import DATASETS_DIR
+from setattn.datasets import DATASETS_DIR, load_planetoid
 
 pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
@@ -25,12 +25,23 @@ def test_gat_planetoid_quick(tmp_path):
 
     assert metrics["nodes"] == 2708 and metrics["edges"] == 10556
     assert [r["seed"] for r in metrics["runs"]] == [3, 4]
+    # it learns: the input-blind guess (the most common training class) gets
+    # `blind` of the test nodes (about 0.3 on Cora); every quick run (50 epochs) must
+    # beat it by 0.25, which is also above what features alone give (an MLP: 55 %)
+    blind = majority_test_accuracy(root)
     for r in metrics["runs"]:
-        assert 0.0 <= r["test_accuracy"] <= 1.0 and 1 <= r["best_epoch"] <= r["epochs"] <= 15
-    # even 15 epochs beat the 7-class chance level by far
-    assert 0.3 < metrics["test_accuracy_mean"] <= 1.0 and metrics["test_accuracy_std"] >= 0.0
+        assert 1 <= r["best_epoch"] <= r["epochs"] <= 50
+        assert r["test_accuracy"] > blind + 0.25, (r, blind)
+    assert metrics["test_accuracy_std"] >= 0.0
     assert len(metrics["pictures"]) == 2
     check_pictures(out, metrics["pictures"])
+
+
+def majority_test_accuracy(root) -> float:
+    """Share of the test nodes in the most common class of the training nodes."""
+    data = load_planetoid(root, "Cora")
+    common = data.y[data.train_mask].bincount().argmax()
+    return float((data.y[data.test_mask] == common).float().mean())
 
 
 def test_gat_planetoid_help(capsys):
