@@ -20,18 +20,12 @@ import numpy as np
 import torch
 
 from setattn.domains.images import patch_values_to_image
+from setattn.viz.colours import contribution_colours, contribution_limit
 from setattn.viz.plots import ArrayLike, _numpy, _pyplot, _save
 
 __all__ = ["patch_contribution_map", "plot_patch_contributions"]
 
 CMAP = "RdBu_r"  # diverging: blue below the centre, white at it, red above
-
-
-def _limit(values: np.ndarray, centre: float, limit: float | None) -> float:
-    """The distance from ``centre`` drawn at full colour: ``limit`` or the largest one."""
-    if limit is None:
-        limit = float(np.nanmax(np.abs(values - centre), initial=0.0))
-    return limit if limit > 0 else 1.0
 
 
 def patch_contribution_map(values: ArrayLike, grid_shape: tuple[int, int], patch_size: int,
@@ -48,15 +42,11 @@ def patch_contribution_map(values: ArrayLike, grid_shape: tuple[int, int], patch
     Returns:
         (Gh * p, Gw * p, 3) RGB in [0, 1]: red above ``centre``, blue below (NaN: grey).
     """
-    from matplotlib import colormaps
-
     v = _numpy(values)
     if v.shape != (grid_shape[0] * grid_shape[1],):
         raise ValueError(f"values must be (P={grid_shape[0] * grid_shape[1]},) for a "
                          f"{grid_shape[0]} x {grid_shape[1]} grid, got {v.shape}")
-    position = 0.5 + 0.5 * np.clip((v - centre) / _limit(v, centre, limit), -1.0, 1.0)  # (P,)
-    rgb = colormaps[CMAP](np.nan_to_num(position, nan=0.5))[:, :3]  # (P, 3)
-    rgb[np.isnan(v)] = 0.75
+    rgb = np.array(contribution_colours(v, centre, limit, CMAP))  # (P, 3), NaN grey
     pixels = patch_values_to_image(torch.from_numpy(rgb), grid_shape, patch_size)  # (3, H, W)
     return pixels.permute(1, 2, 0).numpy()  # (H, W, 3)
 
@@ -103,7 +93,7 @@ def plot_patch_contributions(
                          f"got {imgs.shape}")
     if v.shape != (k, rows * cols):
         raise ValueError(f"values must be (K={k}, P={rows * cols}), got {v.shape}")
-    limit = _limit(v, centre, None)
+    limit = contribution_limit(v, centre)
     plt = _pyplot()
     columns = min(columns, k)
     n_rows = -(-k // columns)
