@@ -139,8 +139,8 @@ def interval_report(y: Tensor, mean: Tensor, std: Tensor, cal: Calibration) -> d
         ``{"level", "coverage", "mean_width", "spearman", "per_target"}``: coverage
         (share of labels inside their interval) and mean width pooled over the targets'
         labels (None where a width is infinite); ``spearman`` the Spearman correlation
-        of |error| with std, averaged over targets where it is defined (None where std
-        is constant, e.g. one model).
+        of the absolute error with std, averaged over targets where it is defined (None
+        where std is constant, e.g. one model).
     """
     lower, upper = bounds(mean, std, cal)  # (M, T) each
     per_target, inside, widths = [], [], []
