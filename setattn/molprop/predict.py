@@ -32,8 +32,9 @@ from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.outputs import check_output_file
 
-__all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "kernel_outputs", "outputs",
-           "predict", "predict_all", "predict_csv", "predict_smiles"]
+__all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "kernel_outputs",
+           "member_predictions", "outputs", "predict", "predict_all", "predict_csv",
+           "predict_smiles", "spread"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
@@ -61,12 +62,22 @@ def ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> T
     return ensemble_spread(models, data)[0]
 
 
+def member_predictions(models: Sequence[MoleculeModel], data: Sequence[Data]) -> Tensor:
+    """(K, M, T) each model's predictions (all ranks together)."""
+    return torch.stack([predict_all(m, data) for m in models])
+
+
+def spread(stacked: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean (M, T) and standard deviation (M, T, zeros for one model) over the K models of
+    ``stacked`` (K, M, T)."""
+    return stacked.mean(0), stacked.std(0, correction=0)
+
+
 def ensemble_spread(models: Sequence[MoleculeModel], data: Sequence[Data]
                     ) -> tuple[Tensor, Tensor]:
-    """Mean (M, T) and standard deviation (M, T, zeros for one model) of the models'
-    predictions (all ranks together)."""
-    stacked = torch.stack([predict_all(m, data) for m in models])  # (K, M, T)
-    return stacked.mean(0), stacked.std(0, correction=0)
+    """Mean (M, T) and standard deviation (M, T) of the models' predictions (all ranks
+    together)."""
+    return spread(member_predictions(models, data))
 
 
 @torch.no_grad()
@@ -138,8 +149,7 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
     if data:
         stacked = torch.stack([predict(model, data) for model in models])  # (K, M_ok, T)
         index = torch.tensor(ok, device="cpu")  # (M_ok,)
-        mean[index] = stacked.mean(0)
-        std[index] = stacked.std(0, correction=0)
+        mean[index], std[index] = spread(stacked)
     return mean, std, errors
 
 

@@ -48,7 +48,13 @@ from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
 from setattn.molprop.outputs import RunLock
-from setattn.molprop.predict import ensemble_spread, kernel_outputs, outputs, predict_all
+from setattn.molprop.predict import (
+    ensemble_spread,
+    kernel_outputs,
+    member_predictions,
+    outputs,
+    spread,
+)
 from setattn.viz import plot_training_curve
 
 __all__ = ["fit_kernel", "report_failures", "run_training"]
@@ -331,7 +337,8 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
     models = [r.model for r in results]
     test_y = stacked_targets(parts.test, len(names))  # (M_test, T)
     val_y = stacked_targets(parts.val, len(names))  # (M_val, T)
-    test_mean, test_std = ensemble_spread(models, parts.test)  # (M_test, T) each
+    test_each = member_predictions(models, parts.test)  # (K, M_test, T)
+    test_mean, test_std = spread(test_each)  # (M_test, T) each
     val_mean, val_std = ensemble_spread(models, parts.val)  # (M_val, T) each
     metrics = {
         "task": task,
@@ -339,9 +346,8 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
         "test": evaluate(test_y, test_mean, task, names, "test part"),
         "val": evaluate(val_y, val_mean, task, names, "validation part"),
         "models": [{"best_epoch": r.best_epoch, "epochs_run": len(r.rows),
-                    "test": evaluate(test_y, predict_all(r.model, parts.test), task, names,
-                                     "test part")}
-                   for r in results],
+                    "test": evaluate(test_y, test_each[k], task, names, "test part")}
+                   for k, r in enumerate(results)],
         "split": {"type": run.split, "seed": run.seed, "sizes": list(run.split_sizes),
                   "train": len(parts.train), "val": len(parts.val), "test": len(parts.test)},
         "molecules": len(parts.data),
