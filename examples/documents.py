@@ -33,9 +33,11 @@ Evaluation: a corpus with a fixed test split (TREC) is run once on it; the other
 split at random (``--seed``) into ``--folds`` K folds, fold k the test part of round k
 (``--run-folds R``: the first R rounds). In every round ``--val-fraction`` of the rest
 is the validation part, the only data any choice (epoch, C, w) is made on; vocabularies
-and ratios come from the training part. Reported: test accuracy of the average and of
-the baseline, mean and standard deviation over the rounds, and the word pictures of
-``documents_words.py`` (attention relative to uniform, integrated gradients).
+and ratios come from the training part. ``--inner-folds K`` (TREC, to compare settings)
+runs K-fold cross-validation of the training questions alone, the test split not
+loaded. Reported: test accuracy of the average and of the baseline, mean and standard
+deviation over the rounds, and the word pictures of ``documents_words.py`` (attention
+relative to uniform, integrated gradients).
 
 Data: ``--corpus mr`` (MR, Pang & Lee 2005; the default), ``cr`` (Hu & Liu 2004),
 ``trec`` (Li & Roth 2002), or any CSV with ``--data FILE --text-column TEXT
