@@ -33,9 +33,11 @@ Evaluation: a corpus with a fixed test split (TREC) is run once on it; the other
 split at random (``--seed``) into ``--folds`` K folds, fold k the test part of round k
 (``--run-folds R``: the first R rounds). In every round ``--val-fraction`` of the rest
 is the validation part, the only data any choice (epoch, C, w) is made on; vocabularies
-and ratios come from the training part. Reported: test accuracy of the average and of
-the baseline, mean and standard deviation over the rounds, and the word pictures of
-``documents_words.py`` (attention relative to uniform, integrated gradients).
+and ratios come from the training part. ``--inner-folds K`` (TREC, to compare settings)
+runs K-fold cross-validation of the training questions alone, the test split not
+loaded. Reported: test accuracy of the average and of the baseline, mean and standard
+deviation over the rounds, and the word pictures of ``documents_words.py`` (attention
+relative to uniform, integrated gradients).
 
 Data: ``--corpus mr`` (MR, Pang & Lee 2005; the default), ``cr`` (Hu & Liu 2004),
 ``trec`` (Li & Roth 2002), or any CSV with ``--data FILE --text-column TEXT
@@ -242,6 +244,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "texts (0: all)")
     p.add_argument("--folds", type=int, default=10, help="K of the K-fold protocol (corpora "
                    "without a fixed test split)")
+    p.add_argument("--inner-folds", type=int, default=0, help="model selection on TREC: "
+                   "K-fold cross-validation inside the training questions, the test split "
+                   "not loaded (0: off, the fixed test split)")
     p.add_argument("--run-folds", type=int, default=0, help="rounds to run (0: all K)")
     p.add_argument("--epochs", type=int, default=0, help="epochs per model (0: 12 for "
                    "training parts under 6000 texts, else 6)")
@@ -281,6 +286,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 0 < args.val_fraction < 1:
         p.error(f"argument --val-fraction must be between 0 and 1 (exclusive), got "
                 f"{args.val_fraction}")
+    if args.inner_folds and (args.data is not None or args.corpus != "trec"):
+        p.error("argument --inner-folds: only for --corpus trec (a fixed test split); the "
+                "other corpora are cross-validated with --folds")
     if args.quick:
         args.limit, args.run_folds, args.epochs, args.ensemble = 1500, 1, 10, 1
         args.pictures = 6
@@ -346,6 +354,18 @@ def mean_std(results: list[dict], key: str) -> tuple[float, float]:
     return float(values.mean()), float(values.std()) if len(values) > 1 else 0.0
 
 
+def fold_protocol(rounds: int, folds: int, inner: bool, fixed_test: bool) -> str:
+    """What the result line calls the evaluation: the fixed test split, K-fold
+    cross-validation (``inner``: inside the training texts only), or its first rounds."""
+    if fixed_test:
+        return "fixed test split"
+    where = " of the training questions, test split not loaded" if inner else ""
+    if rounds == folds:
+        return f"{folds}-fold cross-validation{where}"
+    part = "held out" if inner else "test"
+    return f"first {rounds} of {folds} folds{where} ({part} {100 / folds:.0f} %)"
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     gen = start_run(args)
@@ -359,12 +379,13 @@ def main(argv: list[str] | None = None) -> dict:
                                 * math.ceil(len(s[0]) / args.batch_size) for s in parts)
     bar = tqdm(total=steps, desc="documents", unit="step")
     results, pictures, classes = [], [], corpus.classes
+    held_out = "held-out fold accuracy" if args.inner_folds else "test accuracy"
     for k, split in enumerate(parts):
         data, vocabs = encode_round(tokens, corpus.labels, split[0], len(classes), args)
         record, models = run_round(data, split, texts, len(vocabs[0]), len(classes), args,
                                    gen, bar)
         results.append({"round": k, **record, "vocabulary": [len(v) for v in vocabs]})
-        tqdm.write(f"round {k}: test accuracy {record['test_accuracy']:.4f} (attention "
+        tqdm.write(f"round {k}: {held_out} {record['test_accuracy']:.4f} (attention "
                    f"{record['attention_test_accuracy']:.4f}, weight "
                    f"{record['attention_weight']:.1f}; TF-IDF + LR baseline "
                    f"{record['baseline_test_accuracy']:.4f})")
@@ -377,9 +398,8 @@ def main(argv: list[str] | None = None) -> dict:
     mean, std = mean_std(results, "test_accuracy")
     base_mean, base_std = mean_std(results, "baseline_test_accuracy")
     rounds = len(results)
-    protocol = ("fixed test split" if corpus.fixed_test is not None else
-                f"{args.folds}-fold cross-validation" if rounds == args.folds else
-                f"first {rounds} of {args.folds} folds (test {100 / args.folds:.0f} %)")
+    protocol = fold_protocol(rounds, args.inner_folds or args.folds, args.inner_folds > 0,
+                             corpus.fixed_test is not None)
     metrics = write_metrics({
         "data": corpus.name, "protocol": protocol,
         "test_accuracy_mean": mean, "test_accuracy_std": std,
@@ -390,7 +410,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ensemble": args.ensemble, "rounds": results, "classes": classes,
         "pictures": [p.name for p in pictures],
     }, args, start)
-    print_result(f"{corpus.name} test accuracy {100 * mean:.2f} +- {100 * std:.2f} %; "
+    print_result(f"{corpus.name} {held_out} {100 * mean:.2f} +- {100 * std:.2f} %; "
                  f"TF-IDF + LR baseline {100 * base_mean:.2f} +- {100 * base_std:.2f} %",
                  metrics, args.out, detail=protocol)
     return metrics

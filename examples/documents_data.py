@@ -6,7 +6,9 @@ customer-review sentences, 2 classes), ``trec`` (TREC question type, 5452 + 500
 questions, 6 classes, a fixed test split) or any CSV file.
 
 Splits: a corpus with a fixed test split (TREC) has one round, its test split; the
-others are split at random into K folds, fold k being the test part of round k. In
+others are split at random into K folds, fold k being the test part of round k. For
+model selection on TREC (``--inner-folds K``) the test split is not even loaded: the
+training questions alone are split into K folds, fold k held out in round k. In
 every round the first ``val_fraction`` of the (shuffled) rest is the validation part,
 on which everything is chosen (epochs, C, ensemble weight), and the others are the
 training part. The test part is used for the reported accuracy only.
@@ -53,6 +55,9 @@ def load_corpus(args: argparse.Namespace) -> Corpus:
     if args.data is not None:
         texts, labels, classes = load_text_csv(args.data, args.text_column, args.label_column)
         corpus = Corpus(str(args.data), texts, labels, classes)
+    elif args.corpus == "trec" and args.inner_folds:  # model selection: no test split
+        train = load_trec("train")
+        corpus = Corpus("TREC training questions", train.texts, train.labels, train.classes)
     elif args.corpus == "trec":
         train, test = load_trec("train"), load_trec("test")
         corpus = Corpus("TREC", train.texts + test.texts,
@@ -110,8 +115,9 @@ def splits(corpus: Corpus, args: argparse.Namespace) -> list[tuple[Tensor, Tenso
     num = len(corpus.texts)
     if corpus.fixed_test is not None:
         return [fixed_split(num, corpus.fixed_test, args.val_fraction, args.seed)]
-    folds = fold_indices(num, args.folds, args.seed)
-    return [fold_split(folds, k, args.val_fraction) for k in range(args.run_folds or args.folds)]
+    k_folds = args.inner_folds or args.folds
+    folds = fold_indices(num, k_folds, args.seed)
+    return [fold_split(folds, k, args.val_fraction) for k in range(args.run_folds or k_folds)]
 
 
 @dataclass

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from example_runs import check_help, check_pictures, load_example, quick_run
+
+from setattn.datasets import load_trec
 
 pytestmark = pytest.mark.slow  # make test-fast leaves these out
 
@@ -70,10 +73,39 @@ def test_documents_any_csv(tmp_path, extra):
     _check_pictures(out, metrics)
 
 
+def test_documents_inner_folds_never_load_the_test_split(tmp_path, monkeypatch):
+    # model selection on TREC: K-fold inside the training questions; the spy records
+    # which splits are loaded, so a run that read the test questions would fail here
+    module = _module()
+    data = sys.modules["documents_data"]
+    loaded = []
+
+    def spy(split="train", **kwargs):
+        loaded.append(split)
+        return load_trec(split, **kwargs)
+
+    monkeypatch.setattr(data, "load_trec", spy)
+    corpus = data.load_corpus(module.parse_args(["--corpus", "trec"]))
+    assert loaded == ["train", "test"] and corpus.fixed_test is not None  # the spy sees
+    loaded.clear()
+    metrics = module.main(["--corpus", "trec", "--inner-folds", "3", "--run-folds", "1",
+                           "--limit", "300", "--epochs", "1", "--ensemble", "1", "--dim", "16",
+                           "--heads", "2", "--pictures", "2", "--out", str(tmp_path)])
+    assert loaded == ["train"]
+    assert metrics["data"] == "TREC training questions"
+    assert metrics["protocol"] == ("first 1 of 3 folds of the training questions, test split "
+                                   "not loaded (held out 33 %)")
+    (round_,) = metrics["rounds"]
+    assert round_["test"] == 100 and round_["train"] + round_["val"] == 200
+    with pytest.raises(SystemExit):
+        module.parse_args(["--corpus", "cr", "--inner-folds", "3"])
+
+
 def test_documents_help(capsys):
     check_help(capsys, _module().parse_args, ["--corpus", "--data", "--text-column",
                                               "--label-column", "--folds", "--seed", "--out",
-                                              "--quick", "--char-buckets"])
+                                              "--quick", "--char-buckets",
+                                              "--inner-folds"])
 
 
 def test_log_count_ratios_leave_one_out():
