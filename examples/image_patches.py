@@ -1,30 +1,37 @@
 """Images as sets of patches: 2-D positions, self-attention blocks and attention pooling.
 
-Every image is cut into a grid of non-overlapping p x p patches
-(``setattn.domains.image_to_patches``): a set of P nodes with the pixels of a patch as
-features ``x`` (P, p * p) and its grid (row, column) as ``pos``. The model (a small
-Vision Transformer whose class token is replaced by attention pooling):
+Every image is cut into a grid of p x p cells; each cell is one token of a set of P
+tokens with its grid (row, column) as ``pos``. A token's features ``x`` are the pixels
+of a k x k window centred on its cell (k >= p, zeros outside the image; ``--window``),
+an overlapping patch embedding as in CvT and PVTv2: with k = p they are the plain
+non-overlapping patches of ``setattn.domains.image_to_patches``, with k > p neighbouring
+tokens share pixels, so a token also sees its surroundings. The number of tokens and
+their positions do not depend on k, and the model treats them as a set. The model (a
+small Vision Transformer whose class token is replaced by attention pooling):
 
-* a linear patch embedding + fixed 2-D sinusoidal position encodings (half of the
-  features encode the row, half the column);
+* a linear embedding of the token windows + fixed 2-D sinusoidal position encodings
+  (half of the features encode the row, half the column);
 * pre-norm transformer blocks over the ``complete`` topology of each image (every
-  patch attends to every patch of its own image);
-* global attention pooling: a learned query per head attends to the patches;
+  token attends to every token of its own image);
+* global attention pooling: a learned query per head attends to the tokens;
 * a linear classifier.
 
-Two bundled data sets: UCI digits (1797 images, 8 x 8, 2 x 2 patches -> 16 per image)
-and MNIST-5k (5000 images, 28 x 28, 4 x 4 patches -> 49 per image). Each is split at
+Two bundled data sets: UCI digits (1797 images, 8 x 8, 2 x 2 cells -> 16 tokens per
+image) and MNIST-5k (5000 images, 28 x 28, 4 x 4 cells -> 49 tokens). Each is split at
 random (per seed) into a test part (``--test-fraction``), a validation part
-(``--val-fraction``) and a training part; training images are shifted by up to
-``--shift`` pixels at random (the only augmentation). After every epoch the model is
+(``--val-fraction``) and a training part. Training images are shifted by up to
+``--shift`` pixels and rotated / zoomed at random (``--rotate``, ``--scale``); the loss
+is label-smoothed cross-entropy. Validation and test predictions may sum the logits of
+the image and its four shifts by ``--tta`` pixels. After every epoch the model is
 scored on the validation part; the weights of the best validation epoch are evaluated
-once on the test part. ``--seeds`` runs (split and model drawn anew), test accuracy
-as mean and standard deviation.
+once on the test part. ``--seeds`` runs (split and model drawn anew), test accuracy as
+mean and standard deviation. The per-data-set defaults are in ``DATASETS``.
 
-Pictures (first seed, test images): per-patch contributions to the predicted class's
+Pictures (first seed, test images): per-token contributions to the predicted class's
 logit by integrated gradients from a black image (``setattn.explain``), and the pooling
-attention relative to uniform (weight x P, 1 = no preference), each over the image
-with a diverging colour bar.
+attention relative to uniform (weight x P, 1 = no preference), each drawn over the
+token's p x p cell with a diverging colour bar (with k > p a token's window also covers
+pixels of its neighbours).
 
     python examples/image_patches.py --out runs/image_patches
 """
