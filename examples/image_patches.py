@@ -225,7 +225,9 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, sched, images: Ten
 def setting(name: str, args: argparse.Namespace) -> Setting:
     """The data set's defaults, with the options given on the command line in their place."""
     s = DATASETS[name]
-    return s._replace(window=args.window or s.window, epochs=args.epochs or s.epochs,
+    patch = args.patch or s.patch
+    return s._replace(patch=patch, window=args.window or max(s.window, patch),
+                      epochs=args.epochs or s.epochs,
                       shift=s.shift if args.shift < 0 else args.shift,
                       rotate=s.rotate if args.rotate < 0 else args.rotate,
                       scale=s.scale if args.scale < 0 else args.scale,
@@ -351,6 +353,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"epochs (0: per data set, "
                    f"{DATASETS['digits'].epochs} for digits and "
                    f"{DATASETS['mnist5k'].epochs} for mnist5k)")
+    p.add_argument("--patch", type=int, default=0,
+                   help="grid cell side p, one token per cell (0: per data set)")
     p.add_argument("--window", type=int, default=0,
                    help="pixel window per token, centred on its patch (0: per data set)")
     p.add_argument("--shift", type=int, default=-1,
