@@ -74,8 +74,8 @@ class Setting(NamedTuple):
 
 
 DATASETS = {
-    "digits": Setting(load_digits, 2, 2, 80, 1, 0.0, 0.0, 0),
-    "mnist5k": Setting(load_mnist5k, 4, 4, 30, 2, 0.0, 0.0, 0),
+    "digits": Setting(load_digits, 2, 4, 80, 1, 0.0, 0.0, 1),
+    "mnist5k": Setting(load_mnist5k, 7, 13, 60, 2, 10.0, 0.1, 1),
 }
 
 
