@@ -16,8 +16,9 @@ small Vision Transformer whose class token is replaced by attention pooling):
 * global attention pooling: a learned query per head attends to the tokens;
 * a linear classifier.
 
-Two bundled data sets: UCI digits (1797 images, 8 x 8, 2 x 2 cells -> 16 tokens per
-image) and MNIST-5k (5000 images, 28 x 28, 4 x 4 cells -> 49 tokens). Each is split at
+Two bundled data sets: UCI digits (1797 images, 8 x 8; by default 2 x 2 cells -> 16
+tokens per image, 4 x 4 windows) and MNIST-5k (5000 images, 28 x 28; 7 x 7 cells -> 16
+tokens, 13 x 13 windows). Each is split at
 random (per seed) into a test part (``--test-fraction``), a validation part
 (``--val-fraction``) and a training part. Training images are shifted by up to
 ``--shift`` pixels and rotated / zoomed at random (``--rotate``, ``--scale``); the loss
