@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from setattn.nn.blocks import TransformerBlock
+from setattn.nn.attention import MultiHeadAttention
 from setattn.topology import Complete
 
 __all__ = ["DistanceBiasedBlock", "hop_buckets"]
@@ -94,10 +94,12 @@ def hop_buckets(edge_index: Tensor, ptr: Tensor, max_hops: int) -> Tensor:
 
 
 class DistanceBiasedBlock(nn.Module):
-    """A pre-norm transformer layer over all nodes of each graph with a learned per-head
+    """A post-norm transformer layer over all nodes of each graph with a learned per-head
     bias for each hop-distance bucket (see the module docstring).
 
-    ``x = x + Attn(LN(x), bias = table[bucket_ij]); x = x + FF(LN(x))``.
+    ``x = LN(x + Attn(x, bias = table[bucket_ij])); x = LN(x + FF(x))``: post-norm, as in
+    GPS and the original Transformer, so the node states leave the block normalised
+    whatever the local layers before it added (the pre-norm form lets them grow).
 
     Args:
         dim: D.
@@ -110,7 +112,12 @@ class DistanceBiasedBlock(nn.Module):
     def __init__(self, dim: int, heads: int, max_hops: int, ff_dim: int | None = None,
                  dropout: float = 0.0):
         super().__init__()
-        self.block = TransformerBlock(dim, heads, ff_dim or 2 * dim, dropout=dropout)
+        self.attn = MultiHeadAttention(dim, heads, dropout=dropout)
+        self.norm1 = nn.LayerNorm(dim)
+        self.ff = nn.Sequential(nn.Linear(dim, ff_dim or 2 * dim), nn.GELU(),
+                                nn.Linear(ff_dim or 2 * dim, dim))
+        self.norm2 = nn.LayerNorm(dim)
+        self.drop = nn.Dropout(dropout)
         # (K + 2, H), zero: the block starts as plain global attention
         self.distance_bias = nn.Parameter(torch.zeros(max_hops + 2, heads))
 
@@ -127,4 +134,5 @@ class DistanceBiasedBlock(nn.Module):
         # a one-hot product rather than a lookup: its backward is one small matmul, not
         # a scatter over E rows
         bias = F.one_hot(buckets, table.shape[0]).to(table.dtype) @ table  # (E, H)
-        return self.block(x, topology, bias=bias)
+        x = self.norm1(x + self.drop(self.attn(x, topology, bias=bias)))  # (N, D)
+        return self.norm2(x + self.drop(self.ff(x)))  # (N, D)

@@ -66,29 +66,32 @@ def test_hop_buckets_match_rdkit_distance_matrix():
         hop_buckets(edge_index, ptr, 0)
 
 
+def _layer_norm(h: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
+    return F.layer_norm(h, (h.shape[1],), norm.weight.double(), norm.bias.double())
+
+
+def _linear(h: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
+    return F.linear(h, layer.weight.double(), layer.bias.double())
+
+
 def _reference(block: DistanceBiasedBlock, x: torch.Tensor, sizes: list[int],
                buckets: torch.Tensor) -> torch.Tensor:
-    """The block in float64 on padded (G, n_max, ...) matrices with plain torch:
-    x + W_O softmax(Q K^T / sqrt(d) + B) V, then x + FF(LN(x)), pre-norm."""
-    blk, table = block.block, block.distance_bias.double()
-    attn, heads = blk.attn, blk.attn.heads
+    """The block in float64 on each molecule's (n, n) matrices with plain torch, post-norm:
+    x = LN(x + W_O softmax(Q K^T / sqrt(d) + B) V), then LN(x + FF(x))."""
+    attn, heads, table = block.attn, block.attn.heads, block.distance_bias.double()
     dh = attn.dim // heads
     out = []
     offset, edge = 0, 0
     for n in sizes:
         h = x[offset:offset + n].double()  # (n, D)
-        a = F.layer_norm(h, (h.shape[1],), blk.norm1.weight.double(), blk.norm1.bias.double())
-        q, k, v = (F.linear(a, p.weight.double(), p.bias.double()).view(n, heads, dh)
-                   .transpose(0, 1) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, k, v = (_linear(h, p).view(n, heads, dh).transpose(0, 1)
+                   for p in (attn.q_proj, attn.k_proj, attn.v_proj))  # (H, n, dh)
         bias = table[buckets[edge:edge + n * n]].view(n, n, heads).permute(2, 0, 1)  # (H, i, j)
         p = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(dh) + bias, -1)  # (H, n, n)
         z = (p @ v).transpose(0, 1).reshape(n, attn.dim)  # (n, D)
-        h = h + F.linear(z, attn.out_proj.weight.double(), attn.out_proj.bias.double())
-        f = F.layer_norm(h, (h.shape[1],), blk.norm2.weight.double(), blk.norm2.bias.double())
-        lin1, lin2 = blk.ff[0], blk.ff[2]
-        f = F.linear(F.gelu(F.linear(f, lin1.weight.double(), lin1.bias.double())),
-                     lin2.weight.double(), lin2.bias.double())
-        out.append(h + f)
+        h = _layer_norm(h + _linear(z, attn.out_proj), block.norm1)
+        f = _linear(F.gelu(_linear(h, block.ff[0])), block.ff[2])
+        out.append(_layer_norm(h + f, block.norm2))
         offset, edge = offset + n, edge + n * n
     return torch.cat(out)
 
