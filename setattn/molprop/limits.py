@@ -34,7 +34,7 @@ FEATURIZE_SECONDS = 30.0
 
 MODEL_BOUNDS = {"hidden": 8192, "heads": 1024, "layers": 64, "num_tasks": 100_000,
                 "descriptor_dim": 100_000, "atom_dim": 4096, "bond_dim": 1024,
-                "kernel_size": 100_000}
+                "kernel_size": 100_000, "max_hops": 1024}
 """The largest value of each size of a ``MoleculeModelConfig``."""
 
 RUN_BOUNDS = {"ensemble_size": 1000, "batch_size": 10_000_000, "epochs": 1_000_000,
@@ -66,16 +66,20 @@ def check_bounds(values: dict, bounds: dict[str, int], label: dict[str, str]) ->
 
 def parameter_count(hidden: int, layers: int, *, num_tasks: int = 1,
                     descriptor_dim: int = 0, atom_dim: int = 59, bond_dim: int = 14,
-                    kernel_size: int = 0, layer_norm: bool = False) -> int:
+                    kernel_size: int = 0, layer_norm: bool = False, global_layers: int = 0,
+                    heads: int = 4, max_hops: int = 8) -> int:
     """Parameters and buffers of a ``MoleculeModel`` (GATv2 layers; GAT has fewer),
     counted with Python integers, so absurd sizes give a number rather than an error."""
     d = hidden
+    # two LayerNorms, four attention projections, a 2 D feed-forward, the distance biases
+    block = 4 * d + 4 * (d * d + d) + 4 * d * d + 3 * d + (max_hops + 2) * heads
     conv = 2 * (d * d + d) + d + d + d * (bond_dim + 1) + (2 * d if layer_norm else 0)
     head = d * (2 * d + descriptor_dim) + d + num_tasks * d + num_tasks
     buffers = 2 * num_tasks + 2 * descriptor_dim + 1  # target and descriptor scaling, blend
     if kernel_size:  # training descriptors and weights, scaling, gamma and ridge
         buffers += kernel_size * (descriptor_dim + num_tasks) + num_tasks + 2 * descriptor_dim + 2
-    return d * atom_dim + d + layers * conv + (d + d * d + d) + head + buffers
+    return (d * atom_dim + d + layers * conv + global_layers * block + (d + d * d + d) + head
+            + buffers)
 
 
 @dataclass
@@ -100,7 +104,8 @@ def training_memory(hidden: int, heads: int, layers: int, batch_size: int,
     The model in training holds 4 float32 copies of its parameters (weights, gradients,
     AdamW's two moments); each finished member's weights stay in memory; a batch keeps
     about ``18 * layers + 6`` (N, D) float32 activations for the backward pass, E
-    attention edges per atom (H, for the heads) included.
+    attention edges per atom (H, for the heads) included; a global attention block keeps
+    as many, and H weights per pair of atoms of a molecule.
 
     Args:
         hidden, heads, layers: the model's D, H and L.
@@ -111,9 +116,12 @@ def training_memory(hidden: int, heads: int, layers: int, batch_size: int,
         sizes: further ``parameter_count`` arguments (num_tasks, descriptor_dim, ...).
     """
     n = atoms_per_batch if atoms_per_batch is not None else batch_size * TYPICAL_ATOMS
-    params = parameter_count(hidden, layers, **sizes)
-    activations = 4 * n * (hidden * (_ACTIVATIONS_PER_LAYER * layers + _ACTIVATIONS_OTHER)
-                           + 3 * heads * layers)
+    params = parameter_count(hidden, layers, heads=heads, **sizes)
+    global_layers = sizes.get("global_layers", 0)
+    pairs = -(-n // max(batch_size, 1))  # atoms per molecule, rounded up: pairs per atom
+    activations = 4 * n * (hidden * (_ACTIVATIONS_PER_LAYER * (layers + global_layers)
+                                     + _ACTIVATIONS_OTHER)
+                           + 3 * heads * layers + 4 * heads * pairs * global_layers)
     return MemoryEstimate(params, 4 * 4 * params, 4 * params * ensemble_size, activations)
 
 

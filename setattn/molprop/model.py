@@ -3,7 +3,9 @@
 The layers::
 
     atoms x (N, F_atom) --Linear--> h (N, D)
-    L x [ h = h + ELU(GATv2Conv(h, bonds + self loops, bond features)) ]
+    L x [ h = h + ELU(GATv2Conv(h, bonds + self loops, bond features))
+          [after each of the last ``global_layers``: h = DistanceBiasedBlock(h), global
+           attention over all atoms of the molecule biased by their bond distance] ]
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
              [++ molecule descriptors (G, F_desc)]
     head: Linear -> ReLU -> Dropout -> Linear -> (G, T)
@@ -34,7 +36,8 @@ from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.limits import MODEL_BOUNDS, check_bounds
 from setattn.molprop.options import config_from_dict, option
-from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool
+from setattn.nn import DistanceBiasedBlock, GATConv, GATv2Conv, GlobalAttentionPool, hop_buckets
+from setattn.topology import complete, ptr_from_batch
 
 KERNEL_BLEND = 0.5
 """Weight of the attention network in the prediction when a kernel ridge is blended in."""
@@ -58,6 +61,10 @@ class MoleculeModelConfig:
         bond_dim: F_bond, bond feature width (one more slot marks self loops).
         kernel_size: M, training molecules of the descriptor kernel ridge blended into
             regression predictions (0: none; needs descriptors).
+        global_layers: how many of the last graph attention layers are each followed by
+            a global attention block over all atoms of the molecule (0: none).
+        max_hops: K of the global blocks' distance bias: bond distances of K or more
+            share one bias.
     """
 
     num_tasks: int = 1
@@ -72,6 +79,11 @@ class MoleculeModelConfig:
     atom_dim: int = ATOM_FEATURE_DIM
     bond_dim: int = BOND_FEATURE_DIM
     kernel_size: int = 0
+    global_layers: int = option(0, "follow each of the last N graph attention layers by "
+                                "global attention over all atoms of the molecule, biased "
+                                "by bond distance", type=int)
+    max_hops: int = option(8, "bond distances of this many hops or more share one bias "
+                           "in the global attention", type=int)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -101,6 +113,11 @@ class MoleculeModelConfig:
                              f"{self.heads}")
         if self.layers < 0:
             raise ValueError(f"argument --layers: must be >= 0, got {self.layers}")
+        if not 0 <= self.global_layers <= self.layers:
+            raise ValueError(f"argument --global-layers: must be between 0 and --layers "
+                             f"{self.layers}, got {self.global_layers}")
+        if self.max_hops < 1:
+            raise ValueError(f"argument --max-hops: must be >= 1, got {self.max_hops}")
         if self.kernel_size < 0:
             raise ValueError(f"kernel_size must be >= 0, got {self.kernel_size}")
         if self.kernel_size and (self.task != "regression" or not self.descriptor_dim):
@@ -111,8 +128,9 @@ class MoleculeModelConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         # before anything is allocated: a file may claim any size
-        check_bounds(asdict(self), MODEL_BOUNDS, {name: f"argument --{name}" for name in
-                                                  ("hidden", "heads", "layers")})
+        check_bounds(asdict(self), MODEL_BOUNDS, {name: f"argument --{name.replace('_', '-')}"
+                                                  for name in ("hidden", "heads", "layers",
+                                                               "max_hops")})
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:
@@ -176,6 +194,10 @@ class MoleculeModel(nn.Module):
         ])
         norm = (lambda: nn.LayerNorm(c.hidden)) if c.norm == "layer" else nn.Identity
         self.norms = nn.ModuleList([norm() for _ in range(c.layers)])
+        self.globals = nn.ModuleList([
+            DistanceBiasedBlock(c.hidden, c.heads, c.max_hops, dropout=c.dropout)
+            for _ in range(c.global_layers)
+        ])
         self.pool = GlobalAttentionPool(c.hidden, heads=c.heads)
         self.head = nn.Sequential(
             nn.Linear(2 * c.hidden + c.descriptor_dim, c.hidden), nn.ReLU(),
@@ -250,9 +272,16 @@ class MoleculeModel(nn.Module):
         edge_index, edge_attr = add_self_loops(batch.edge_index, batch.edge_attr,
                                                batch.x.shape[0])  # N, static under compile
         h = self.embed(batch.x)  # (N, D)
-        for conv, norm in zip(self.convs, self.norms):
-            h = h + F.elu(_float32(conv, norm(h), edge_index, edge_attr))  # (N, D)
         ptr = batch.ptr if "ptr" in batch else None  # (G + 1,) spares the pool recomputing it
+        first_global = len(self.convs) - len(self.globals)
+        if len(self.globals):
+            ptr = ptr if ptr is not None else ptr_from_batch(batch.batch, g)
+            atoms = complete(ptr)  # every atom attends to every atom of its molecule
+            buckets = hop_buckets(batch.edge_index, ptr, self.config.max_hops)  # (E_all,)
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+            h = h + F.elu(_float32(conv, norm(h), edge_index, edge_attr))  # (N, D)
+            if i >= first_global:
+                h = _float32(self.globals[i - first_global], h, atoms, buckets)  # (N, D)
         parts = [_float32(self.pool, h, batch.batch, ptr, num_graphs=g),  # (G, D)
                  scatter(h, batch.batch, 0, dim_size=g, reduce="sum")]  # (G, D)
         if self.config.descriptor_dim:

@@ -275,7 +275,7 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     estimate = limits.training_memory(
         m.hidden, m.heads, m.layers, batch, run.ensemble_size, atoms_per_batch=atoms,
         num_tasks=len(run.target_columns), descriptor_dim=m.descriptor_dim,
-        layer_norm=m.norm == "layer")
+        layer_norm=m.norm == "layer", global_layers=m.global_layers, max_hops=m.max_hops)
     limits.check_memory(estimate, batch, run.ensemble_size)
 
 

@@ -2,7 +2,9 @@
 
 Pooling (``GlobalAttentionPool``, ``PMA``), multi-head attention over any topology
 (``MultiHeadAttention``), graph attention with PyG's call (``GATConv``, ``GATv2Conv``),
-blocks (``TransformerBlock``, ``MAB``, ``SAB``, ``ISAB``) and positional encodings.
+blocks (``TransformerBlock``, ``MAB``, ``SAB``, ``ISAB``), graph transformer layers
+(``DistanceBiasedBlock``: global attention biased by ``hop_buckets``) and positional
+encodings.
 Set layers take PyG's ``(x, batch)`` or ``(x, ptr=ptr)``.
 
 The conv layers are PyG ``MessagePassing`` modules and the pools PyG ``Aggregation``
@@ -14,6 +16,7 @@ from setattn.nn.attention import MultiHeadAttention, set_ptr
 from setattn.nn.blocks import ISAB, MAB, SAB, TransformerBlock
 from setattn.nn.conv import GATConv, GATv2Conv
 from setattn.nn.conv_base import AttentionConv, load_pyg_state_dict, pyg_state_dict
+from setattn.nn.graph_transformer import DistanceBiasedBlock, hop_buckets
 from setattn.nn.pooling import PMA, GlobalAttentionPool
 from setattn.nn.positional import (
     AddLaplacianEigenvectorPE,
@@ -33,6 +36,7 @@ __all__ = [
     "AddLaplacianEigenvectorPE",
     "AddRandomWalkPE",
     "AttentionConv",
+    "DistanceBiasedBlock",
     "GATConv",
     "GATv2Conv",
     "GlobalAttentionPool",
@@ -42,6 +46,7 @@ __all__ = [
     "SinusoidalEncoding",
     "TransformerBlock",
     "grid_positions",
+    "hop_buckets",
     "load_pyg_state_dict",
     "pyg_state_dict",
     "set_positions",

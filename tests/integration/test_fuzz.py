@@ -284,6 +284,8 @@ TRAIN_VALUES: dict[str, list] = {
     "--heads": ["2", "3", "0", "-2"],
     "--layers": ["0", "1", "-1"],
     "--dropout": ["0", "0.5", "1", "1.5", "-0.1", "nan"],
+    "--global-layers": ["0", "1", "2", "-1"],
+    "--max-hops": ["1", "8", "0", "5000"],
     "--weight-decay": ["0", "-1"],
     "--num-threads": ["1", "0"],
     "--descriptors": ["none", "rdkit", "all"],
@@ -346,6 +348,8 @@ _BASE = ["--target-columns", "expt", "--hidden", "8", "--layers", "1", "--descri
 @example(argv=[*_BASE, "--heads", "2", "--seed", "-3"])
 @example(argv=[*_BASE, "--heads", "2", "--lr", "inf"])
 @example(argv=[*_BASE, "--heads", "2", "--lr", "1e30"])  # diverges: DivergedError
+@example(argv=[*_BASE, "--heads", "2", "--global-layers", "1", "--max-hops", "1"])
+@example(argv=[*_BASE, "--heads", "2", "--global-layers", "2"])  # more than --layers
 def test_train_arguments_end_in_success_or_a_named_error(fuzz_dir, argv):
     out = Path(tempfile.mkdtemp(dir=fuzz_dir))
     status, err = _run(["train", "--data", str(fuzz_dir / "fs.csv"), "--output-dir", str(out),

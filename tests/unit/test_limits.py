@@ -13,6 +13,7 @@ from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
     {"hidden": 16, "heads": 2, "layers": 1, "num_tasks": 3},
     {"hidden": 12, "heads": 3, "layers": 2, "descriptor_dim": 7, "kernel_size": 5,
      "norm": "layer"},
+    {"hidden": 16, "heads": 4, "layers": 3, "global_layers": 2, "max_hops": 5},
 ])
 def test_parameter_count_is_the_models(settings):
     config = MoleculeModelConfig(**settings)
@@ -21,7 +22,8 @@ def test_parameter_count_is_the_models(settings):
     assert limits.parameter_count(
         config.hidden, config.layers, num_tasks=config.num_tasks,
         descriptor_dim=config.descriptor_dim, kernel_size=config.kernel_size,
-        layer_norm=config.norm == "layer") == actual
+        layer_norm=config.norm == "layer", global_layers=config.global_layers,
+        heads=config.heads, max_hops=config.max_hops) == actual
     # GAT layers have fewer parameters than GATv2's: the count is an upper bound
     gat = MoleculeModel(MoleculeModelConfig(**{**settings, "conv": "gat"}))
     assert sum(t.numel() for t in [*gat.parameters(), *gat.buffers()]) <= actual
