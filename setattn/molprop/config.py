@@ -119,7 +119,7 @@ class RunConfig:
                        "initialisation and batch order", type=int)
     fold: int = option(0, "test fold of --split kfold (round(1 / test fraction) folds)",
                        type=int)
-    ensemble_size: int = option(1, "models trained on the same split", type=int)
+    ensemble_size: int = option(3, "models trained on the same split", type=int)
     strict: bool = option(False, "stop on an invalid or empty SMILES instead of skipping it",
                           action="store_true")
     kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "

@@ -17,7 +17,8 @@ from setattn.molprop import MoleculePredictor
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
 
-OPTIONS = {"hidden": 8, "layers": 1, "heads": 2, "epochs": 2}  # TINY, as keywords
+# TINY, as keywords
+OPTIONS = {"hidden": 8, "layers": 1, "heads": 2, "epochs": 2, "ensemble_size": 1}
 TIMES = ("wall_time_s", "train_seconds")
 
 
@@ -73,10 +74,10 @@ def cli_ensemble(freesolv, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("runs") / "ensemble"
     status = cli.main([str(a) for a in ["train", "--data", freesolv, "--target-columns",
-                                        "expt", "--epochs", "2", "--ensemble-size", "2",
+                                        "expt", "--epochs", "2",
                                         # 12 validation molecules: a bounded 90 % interval
                                         "--split-sizes", "0.7", "0.2", "0.1",
-                                        "--output-dir", out, *TINY]])
+                                        "--output-dir", out, *TINY, "--ensemble-size", "2"]])
     assert status == 0
     return out
 

@@ -30,8 +30,8 @@ def ensemble(tmp_path_factory):
     out = tmp_path_factory.mktemp("predict") / "run"
     threads = torch.get_num_threads()
     status = cli.main(["train", "--data", str(BAD_SMILES_CSV), "--target-columns", "logS",
-                       "--epochs", "2", "--ensemble-size", "2", "--output-dir", str(out),
-                       *TINY])
+                       "--epochs", "2", "--output-dir", str(out),
+                       *TINY, "--ensemble-size", "2"])
     torch.set_num_threads(threads)
     assert status == 0
     return out

@@ -91,7 +91,7 @@ def test_train_ensemble_kfold(tmp_path, capsys):
     out = tmp_path / "run"
     status, _, _ = run(["train", "--data", data, "--target-columns", "expt", "--split",
                         "kfold", "--split-sizes", "0.6", "0.2", "0.2", "--fold", "1",
-                        "--epochs", "1", "--ensemble-size", "2", "--output-dir", out, *TINY],
+                        "--epochs", "1", "--output-dir", out, *TINY, "--ensemble-size", "2"],
                        capsys)
     assert status == 0
     metrics = _check_run_dir(out, ensemble=2)

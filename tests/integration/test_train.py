@@ -258,7 +258,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
     else:
         data, targets = tox21_slice(tmp_path / "d.csv", 50), ["NR-AhR", "SR-ARE", "SR-MMP"]
     args = ["--data", data, "--target-columns", *targets, "--task", task, "--epochs", "3",
-            "--ensemble-size", "2", "--patience", "5", *TINY]
+            "--patience", "5", *TINY, "--ensemble-size", "2"]
     status, _, _ = run(["train", "--output-dir", tmp_path / "whole", *args], capsys)
     assert status == 0
 
