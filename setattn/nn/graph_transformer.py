@@ -33,7 +33,7 @@ def _adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
     with warnings.catch_warnings():  # "sparse CSR support is in beta"
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(crow, edge_index[0][order], ones,
-                                       size=(num_nodes, num_nodes))
+                                       size=(num_nodes, num_nodes), device=edge_index.device)
 
 
 def _components(edge_index: Tensor, num_nodes: int) -> Tensor:
