@@ -13,13 +13,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-# Main job: train on FreeSolv with the defaults, print the test RMSE, predict the
+# Main job: train on FreeSolv with the defaults (2 threads), print the test RMSE, predict the
 # same CSV and draw each atom's contribution to the prediction of one molecule.
 DEMO := runs/freesolv
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(VENV)/bin/setattn train --data datasets/molecules/freesolv.csv --smiles-column smiles \
-		--target-columns expt --split random --seed 0 --output-dir $(DEMO)
+		--target-columns expt --split random --seed 0 --num-threads 2 --output-dir $(DEMO)
 	$(VENV)/bin/setattn predict --model $(DEMO) --data datasets/molecules/freesolv.csv \
 		--output $(DEMO)/preds.csv
 	$(VENV)/bin/setattn explain --model $(DEMO) --smiles 'CN(C)C(=O)c1ccc(cc1)OC' \
