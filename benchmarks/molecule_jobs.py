@@ -96,13 +96,42 @@ def load_results(out: Path) -> list[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+def _write_results(out: Path, records: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(records, indent=1))
+    os.replace(tmp, out / "results.json")
+
+
 def save_result(out: Path, record: dict) -> None:
     """Add (or replace) one run's record in ``out/results.json``, atomically."""
     records = [r for r in load_results(out) if record_key(r) != record_key(record)]
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps([*records, record], indent=1))
-    os.replace(tmp, out / "results.json")
+    _write_results(out, [*records, record])
+
+
+def import_results(out: Path, files: list[Path]) -> int:
+    """Add to ``out/results.json`` the records of other results files (slices of one
+    benchmark run in separate folders) that it does not hold yet; returns how many.
+
+    Raises:
+        ValueError: a file is not a list of run records (names the file).
+    """
+    records = load_results(out)
+    have = {record_key(r) for r in records}
+    added = 0
+    for path in files:
+        try:
+            incoming = json.loads(Path(path).read_text())
+            keys = [record_key(r) for r in incoming]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}: not a benchmark results file ({err})") from err
+        for record, key in zip(incoming, keys):
+            if key not in have:
+                records.append(record)
+                have.add(key)
+                added += 1
+    _write_results(out, records)
+    return added
 
 
 def _metric(job: Job, smiles: list[str], preds: np.ndarray, tool: str) -> float:

@@ -5,6 +5,8 @@ Run:  .venv/bin/python benchmarks/molecules.py                       (the report
       .venv/bin/python benchmarks/molecules.py --report val --seeds 20 21 22
           (for choices: the validation part of dev seeds; the test part is given to no tool)
       .venv/bin/python benchmarks/molecules.py --print-only           (tables of saved runs)
+      .venv/bin/python benchmarks/molecules.py --print-only --out runs/all \
+          --import-results runs/a/results.json runs/b/results.json  (slices run apart)
 
 Sets (``molecule_sets.SETS``, files in ``datasets/``): FreeSolv (RMSE), ESOL (RMSE), Tox21
 (mean ROC-AUC over 12 tasks), Huuskonen solubility (train and test SD files merged, RMSE),
@@ -64,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import molecule_sets  # noqa: E402
 from molecule_jobs import (  # noqa: E402
     RunSettings,
+    import_results,
     load_results,
     record_key,
     run_job,
@@ -105,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chemprop-flags", default="", metavar="FLAGS",
                         help="extra flags of every chemprop run, one string (e.g. "
                         "\"--epochs 3\")")
+    parser.add_argument("--import-results", nargs="+", type=Path, default=[], metavar="FILE",
+                        help="first add the records of these results files (slices of "
+                        "the benchmark run in other --out folders) to --out's")
     args = parser.parse_args(argv)
     if args.skip_chemprop:
         args.anchors = []
@@ -157,6 +163,9 @@ def main(argv: list[str] | None = None) -> None:
                            tuple(shlex.split(args.setattn_flags)),
                            tuple(shlex.split(args.chemprop_flags)))
     flags = {t: tool_flags(t, settings) for t in ("setattn", *args.anchors)}
+    if args.import_results:
+        added = import_results(args.out, args.import_results)
+        print(f"{added} records imported into {args.out / 'results.json'}", file=sys.stderr)
     if not args.print_only:
         print(f"load average {load_average()}", file=sys.stderr)
         done = {record_key(r) for r in load_results(args.out)}

@@ -125,6 +125,21 @@ def test_results_file_replaces_a_rerun_and_keeps_the_others(bench, tmp_path):
                                                                    ("setattn", 0.5)]
 
 
+def test_importing_slices_adds_only_runs_the_folder_lacks(bench, tmp_path):
+    _, molecule_jobs, _ = bench
+    molecule_jobs.save_result(tmp_path / "a", _record("setattn", 10, 1.0))
+    molecule_jobs.save_result(tmp_path / "b", _record("setattn", 10, 9.0))
+    molecule_jobs.save_result(tmp_path / "b", _record("chemprop", 11, 2.0))
+    added = molecule_jobs.import_results(tmp_path / "a", [tmp_path / "b" / "results.json"])
+    saved = molecule_jobs.load_results(tmp_path / "a")
+    assert added == 1
+    assert sorted((r["tool"], r["seed"], r["result"]["metric"]) for r in saved) == [
+        ("chemprop", 11, 2.0), ("setattn", 10, 1.0)]
+    (tmp_path / "bad.json").write_text('{"not": "a list"}')
+    with pytest.raises(ValueError, match="bad.json"):
+        molecule_jobs.import_results(tmp_path / "a", [tmp_path / "bad.json"])
+
+
 def test_quality_table_marks_the_best_mean_and_the_seed_wins(bench):
     _, _, molecule_tables = bench
     records = [_record("setattn", 20, 1.0), _record("setattn", 21, 3.0),
