@@ -26,6 +26,9 @@ trains M models per round from different seeds and averages their probabilities.
 The linear models (``documents_linear.py``, scikit-learn): the baseline, TF-IDF word
 uni+bigrams + logistic regression, and the partner, the same plus character 2-5-grams.
 Each chooses its C on the validation part and is refitted on training + validation.
+``--start-token`` puts ``<s>`` before every text of the attention model and the partner
+(n-grams such as "<s> how" mark the opening words); ``--partner-ngrams 3``: partner
+word 1-3-grams.
 The reported prediction averages the attention models' probabilities (weight w) with
 the partner's (1 - w), w chosen on the validation part (``--no-linear``: w = 1).
 
