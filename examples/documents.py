@@ -26,6 +26,9 @@ trains M models per round from different seeds and averages their probabilities.
 The linear models (``documents_linear.py``, scikit-learn): the baseline, TF-IDF word
 uni+bigrams + logistic regression, and the partner, the same plus character 2-5-grams.
 Each chooses its C on the validation part and is refitted on training + validation.
+``--start-token`` puts ``<s>`` before every text of the attention model and the partner
+(n-grams such as "<s> how" mark the opening words); ``--partner-ngrams 3``: partner
+word 1-3-grams.
 The reported prediction averages the attention models' probabilities (weight w) with
 the partner's (1 - w), w chosen on the validation part (``--no-linear``: w = 1).
 
@@ -55,7 +58,7 @@ from pathlib import Path
 
 import torch
 from common import add_run_options, new_parser, print_result, start_run, write_metrics
-from documents_data import CORPORA, Encoded, batches, encode_round, load_corpus, splits
+from documents_data import CORPORA, Encoded, batches, encode_round, load_corpus, mark_start, splits
 from documents_linear import choose_weight, fit_linear
 from documents_words import draw_sentences
 from torch import Tensor, nn
@@ -259,6 +262,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=100, help="sentences per step")
     p.add_argument("--ngrams", type=int, default=2, help="n-gram features up to this n "
                    "(1: words only)")
+    p.add_argument("--start-token", action="store_true", help="put a <s> token in front of "
+                   "every text (attention model and linear partner; not the baseline), so "
+                   "that n-grams such as '<s> how' mark a text's opening words")
+    p.add_argument("--partner-ngrams", type=int, default=2, help="word n-grams of the "
+                   "linear partner up to this n (the baseline keeps 1-2)")
     p.add_argument("--no-ratios", action="store_true", help="no log-count ratio features "
                    "(the nodes carry their word embedding only)")
     p.add_argument("--char-buckets", type=int, default=0, help="hashed character 3-5-gram "
@@ -314,10 +322,11 @@ def train_ensemble(data: Encoded, split: tuple[Tensor, ...], vocab: int, classes
     return models, records
 
 
-def run_round(data: Encoded, split: tuple[Tensor, ...], texts: list[str], vocab: int,
-              classes: int, args: argparse.Namespace, gen: torch.Generator, bar: tqdm
-              ) -> tuple[dict, list[DocumentClassifier]]:
-    """Attention models, the linear baseline and partner, and their average, on one split.
+def run_round(data: Encoded, split: tuple[Tensor, ...], texts: tuple[list[str], list[str]],
+              vocab: int, classes: int, args: argparse.Namespace, gen: torch.Generator,
+              bar: tqdm) -> tuple[dict, list[DocumentClassifier]]:
+    """Attention models, the linear baseline and partner, and their average, on one split;
+    ``texts``: what the baseline reads and what the partner reads (``--start-token``).
 
     Returns:
         The round's record (accuracies, choices made on validation) and the models.
@@ -326,8 +335,8 @@ def run_round(data: Encoded, split: tuple[Tensor, ...], texts: list[str], vocab:
     val, test = data.select(split[1]), data.select(split[2])
     p_val, p_test = probabilities(models, val), probabilities(models, test)  # (M, C)
     start = time.perf_counter()
-    baseline = fit_linear("baseline", texts, data.y, split, classes)
-    partner = fit_linear("partner", texts, data.y, split, classes)
+    baseline = fit_linear("baseline", texts[0], data.y, split, classes)
+    partner = fit_linear("partner", texts[1], data.y, split, classes, args.partner_ngrams)
     linear_seconds = time.perf_counter() - start
     weight, val_acc = choose_weight(p_val, partner.val_probs, val.y)
     if args.no_linear:
@@ -373,7 +382,9 @@ def main(argv: list[str] | None = None) -> dict:
     corpus = load_corpus(args)
     tokenizer = Tokenizer()
     full = [tokenizer(t) for t in corpus.texts]
-    tokens, texts = [t[: args.max_length] for t in full], [" ".join(t) for t in full]
+    plain = [" ".join(t) for t in full]  # the baseline's texts
+    full = mark_start(full) if args.start_token else full
+    tokens, texts = [t[: args.max_length] for t in full], (plain, [" ".join(t) for t in full])
     parts = splits(corpus, args)
     steps = args.ensemble * sum(epochs_for(len(s[0]), args)
                                 * math.ceil(len(s[0]) / args.batch_size) for s in parts)

@@ -152,6 +152,17 @@ class Encoded:
         return Encoded(self.ids[rows], self.ratios[rows], ptr, self.y[index], self.chars[rows])
 
 
+START = "<s>"
+"""The start-of-text token of ``mark_start``."""
+
+
+def mark_start(tokens: list[list[str]]) -> list[list[str]]:
+    """Every text with ``<s>`` in front: its first words become features of their own
+    ("<s> how", "<s> who"; in the attention model a node at position 0 they can attend
+    to), where the opening of a short text decides much of its class."""
+    return [[START, *t] for t in tokens]
+
+
 def ngrams(tokens: list[str], n: int) -> list[str]:
     """The n-gram starting at each token (padded with ``</s>`` at the end)."""
     padded = tokens + ["</s>"] * (n - 1)

@@ -56,10 +56,10 @@ class LinearResult:
     test_accuracy: float
 
 
-def _features(chars: bool) -> FeatureUnion:
-    """TF-IDF word 1-2-grams (plus char_wb 2-5-grams when ``chars``)."""
-    words = TfidfVectorizer(ngram_range=(1, 2), token_pattern=r"\S+", lowercase=True,
-                            sublinear_tf=True)
+def _features(chars: bool, word_ngrams: int = 2) -> FeatureUnion:
+    """TF-IDF word 1- to ``word_ngrams``-grams (plus char_wb 2-5-grams when ``chars``)."""
+    words = TfidfVectorizer(ngram_range=(1, word_ngrams), token_pattern=r"\S+",
+                            lowercase=True, sublinear_tf=True)
     parts = [("words", words)]
     if chars:
         parts.append(("chars", TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5),
@@ -83,7 +83,7 @@ def _probs(model: LogisticRegression | OneVsRestClassifier, x: csr_matrix, class
 
 
 def fit_linear(name: str, texts: Sequence[str], labels: Tensor, split: tuple[Tensor, ...],
-               classes: int) -> LinearResult:
+               classes: int, word_ngrams: int = 2) -> LinearResult:
     """Choose C on the validation part, refit on training + validation, predict the test part.
 
     Args:
@@ -92,13 +92,15 @@ def fit_linear(name: str, texts: Sequence[str], labels: Tensor, split: tuple[Ten
         labels: (M,) class indices.
         split: (train, validation, test) index tensors into ``texts``.
         classes: C.
+        word_ngrams: word n-grams up to this n.
 
     Returns:
         A ``LinearResult``.
     """
     train, val, test = split
     pick = [[texts[i] for i in part.tolist()] for part in split]
-    features = _features(name == "partner").fit(pick[0])  # on the training part only
+    kind = (name == "partner", word_ngrams)
+    features = _features(*kind).fit(pick[0])  # on the training part only
     x_train, x_val = features.transform(pick[0]), features.transform(pick[1])
     best = None
     for c in C_GRID:
@@ -109,7 +111,7 @@ def fit_linear(name: str, texts: Sequence[str], labels: Tensor, split: tuple[Ten
             best = (c, acc, probs)
     c, val_acc, val_probs = best
     both = torch.cat([train, val])
-    features = _features(name == "partner").fit(pick[0] + pick[1])
+    features = _features(*kind).fit(pick[0] + pick[1])
     model = _classifier(c, classes).fit(features.transform(pick[0] + pick[1]),
                                         labels[both].numpy())
     test_probs = _probs(model, features.transform(pick[2]), classes)  # (M_test, C)

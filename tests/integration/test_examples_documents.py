@@ -105,7 +105,8 @@ def test_documents_help(capsys):
     check_help(capsys, _module().parse_args, ["--corpus", "--data", "--text-column",
                                               "--label-column", "--folds", "--seed", "--out",
                                               "--quick", "--char-buckets",
-                                              "--inner-folds"])
+                                              "--inner-folds", "--start-token",
+                                              "--partner-ngrams"])
 
 
 def test_log_count_ratios_leave_one_out():
@@ -157,3 +158,22 @@ def test_choose_weight_prefers_the_better_model():
     half = torch.tensor([[0.6, 0.4], [0.4, 0.6], [0.6, 0.4], [0.6, 0.4]])  # 3 of 4 right
     assert linear.choose_weight(half, wrong, y) == (0.9, 0.75)  # w = 0.8 tips row 0
     assert linear.choose_weight(right, right, y) == (0.5, 1.0)  # ties: the middle
+
+
+def test_start_token_marks_the_opening_words():
+    doc = load_example("documents_data.py")
+    tokens = doc.mark_start([["how", "many", "cats"], ["what", "is", "how"]])
+    assert tokens == [["<s>", "how", "many", "cats"], ["<s>", "what", "is", "how"]]
+    vocabs = doc.build_vocabularies(tokens, 3, 1, 1)
+    assert "<s> how" in vocabs[1] and "<s> how many" in vocabs[2]
+    data = doc.encode(tokens, torch.tensor([0, 1]), vocabs)
+    first = data.ids[data.ptr[:-1]]  # (2, 3): the <s> nodes
+    assert first[0, 0] == first[1, 0] == vocabs[0]["<s>"]
+    # the opening bigram tells the texts apart; "how" at the start differs from "how" last
+    assert first[0, 1] != first[1, 1] and first[0, 1] == vocabs[1]["<s> how"]
+    linear = load_example("documents_linear.py")
+    texts = [" ".join(t) for t in tokens]
+    names = set(linear._features(True, 3).fit(texts).get_feature_names_out())
+    assert "words__<s> how many" in names and "words__what is how" in names
+    assert not any(n.count(" ") == 2 for n in linear._features(False).fit(texts)
+                   .get_feature_names_out())  # the baseline: 1-2-grams only
