@@ -161,8 +161,9 @@ def setattn_result(metrics: dict, run_dir: Path, metric: str) -> dict:
     parts = metrics.get("components", {}).get("test", {})
     uncertainty = metrics.get("uncertainty", {}).get("test") or {}
     models, _ = load_run(run_dir)
-    kernel = sum(m.kernel.centres.numel() + m.kernel.alpha.numel()
-                 for m in models if m.kernel is not None)
+    # the members of an ensemble hold copies of one shared kernel ridge: count it once
+    kernel = next((m.kernel.centres.numel() + m.kernel.alpha.numel()
+                   for m in models if m.kernel is not None), 0)
     return {
         "metric": float(metrics["test"][metric]),
         "network": _opt(parts.get("attention", {}).get(metric)),

@@ -140,6 +140,26 @@ def test_importing_slices_adds_only_runs_the_folder_lacks(bench, tmp_path):
         molecule_jobs.import_results(tmp_path / "a", [tmp_path / "bad.json"])
 
 
+def test_an_ensembles_shared_kernel_ridge_is_counted_once(bench, monkeypatch):
+    _, molecule_jobs, _ = bench
+    import torch
+
+    kernel = torch.nn.Module()
+    kernel.centres, kernel.alpha = torch.zeros(50, 8), torch.zeros(50, 1)
+    members = []
+    for _ in range(3):
+        member = torch.nn.Linear(4, 1)  # 5 trainable numbers
+        member.kernel = kernel
+        members.append(member)
+    monkeypatch.setattr(molecule_jobs, "load_run", lambda run_dir: (members, None))
+    metrics = {"test": {"rmse": 1.0}, "models": [{"epochs_run": 7}] * 3,
+               "train_seconds": 2.0}
+    record = molecule_jobs.setattn_result(metrics, Path("unused"), "rmse")
+    assert record["kernel_numbers"] == 50 * 8 + 50
+    assert record["parameters"] == 3 * 5
+    assert record["epochs"] == 21
+
+
 def test_quality_table_marks_the_best_mean_and_the_seed_wins(bench):
     _, _, molecule_tables = bench
     records = [_record("setattn", 20, 1.0), _record("setattn", 21, 3.0),
