@@ -83,7 +83,7 @@ def quality_table(records: list[dict]) -> list[str]:
     lines = _header(["data set", "split", "metric", "seeds", "setattn", "network alone",
                      "kernel ridge alone", NAMES["chemprop"], NAMES["chemprop_rdkit"],
                      "setattn beats both", "setattn wins (seeds)", "90 % coverage",
-                     "Spearman |error| vs width"])
+                     "Spearman \\|error\\| vs width"])
     for (name, kind), tools in _groups(records).items():
         metric = SETS[name].metric
         ours = tools.get("setattn", [])
