@@ -99,8 +99,8 @@ def fit_linear(name: str, texts: Sequence[str], labels: Tensor, split: tuple[Ten
     """
     train, val, test = split
     pick = [[texts[i] for i in part.tolist()] for part in split]
-    kind = (name == "partner", word_ngrams)
-    features = _features(*kind).fit(pick[0])  # on the training part only
+    partner = name == "partner"
+    features = _features(partner, word_ngrams).fit(pick[0])  # on the training part only
     x_train, x_val = features.transform(pick[0]), features.transform(pick[1])
     best = None
     for c in C_GRID:
@@ -111,7 +111,7 @@ def fit_linear(name: str, texts: Sequence[str], labels: Tensor, split: tuple[Ten
             best = (c, acc, probs)
     c, val_acc, val_probs = best
     both = torch.cat([train, val])
-    features = _features(*kind).fit(pick[0] + pick[1])
+    features = _features(partner, word_ngrams).fit(pick[0] + pick[1])
     model = _classifier(c, classes).fit(features.transform(pick[0] + pick[1]),
                                         labels[both].numpy())
     test_probs = _probs(model, features.transform(pick[2]), classes)  # (M_test, C)

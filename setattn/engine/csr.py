@@ -70,7 +70,7 @@ def csr_pair(top: Edges, heads: int) -> tuple[CSRSide, CSRSide]:
     return top._cache[key]
 
 
-def _csr(side: CSRSide, values: Tensor) -> Tensor:
+def csr_tensor(side: CSRSide, values: Tensor) -> Tensor:
     """A CSR tensor of ``side``'s pattern holding ``values`` (E * H,) in slot order."""
     # torch notes once per process that CSR support is "in beta"; these kernels are used
     # on purpose, so that notice is silenced here, for this call only
@@ -82,14 +82,14 @@ def _csr(side: CSRSide, values: Tensor) -> Tensor:
 
 def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:
     """Per-edge weights (E, H) times node rows (C, H, D) -> (R, H, D)."""
-    a = _csr(side, w.reshape(-1).index_select(0, side.order))
+    a = csr_tensor(side, w.reshape(-1).index_select(0, side.order))
     out = a @ x.reshape(-1, x.shape[-1])  # (R * H, D)
     return out.view(-1, x.shape[1], x.shape[2])
 
 
 def _sddmm(side: CSRSide, a: Tensor, b: Tensor) -> Tensor:
     """<a_row, b_col> on every edge and head: a (R, H, D), b (C, H, D) -> (E, H)."""
-    pattern = _csr(side, a.new_zeros(side.col.numel()))
+    pattern = csr_tensor(side, a.new_zeros(side.col.numel()))
     flat = a.reshape(-1, a.shape[-1])  # (R * H, D)
     vals = torch.sparse.sampled_addmm(pattern, flat, b.reshape(-1, b.shape[-1]).t(), beta=0.0)
     out = vals.values().new_empty(side.col.numel()).index_copy_(0, side.order, vals.values())

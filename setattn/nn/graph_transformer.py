@@ -12,12 +12,11 @@ Powerful, Scalable Graph Transformer").
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from setattn.engine.csr import csr_side, csr_tensor
 from setattn.nn.attention import MultiHeadAttention
 from setattn.topology import Complete
 
@@ -25,15 +24,10 @@ __all__ = ["DistanceBiasedBlock", "hop_buckets"]
 
 
 def _adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """(N, N) sparse CSR float matrix with a 1 at [i, j] for every edge j -> i."""
-    order = torch.argsort(edge_index[1] * num_nodes + edge_index[0])  # (E,) row-major
-    rows = edge_index[1].bincount(minlength=num_nodes)  # (N,) edges into each node
-    crow = torch.cat([rows.new_zeros(1), rows.cumsum(0)])  # (N + 1,)
-    ones = torch.ones(order.numel(), device=edge_index.device)  # (E,)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, edge_index[0][order], ones,
-                                       size=(num_nodes, num_nodes), device=edge_index.device)
+    """(N, N) sparse CSR float matrix with a 1 at [i, j] for every edge j -> i (the
+    engine's one-head CSR layout)."""
+    side = csr_side(edge_index[1], edge_index[0], num_nodes, num_nodes, heads=1)
+    return csr_tensor(side, torch.ones(side.col.numel(), device=edge_index.device))
 
 
 def _components(edge_index: Tensor, num_nodes: int) -> Tensor:
