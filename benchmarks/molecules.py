@@ -51,6 +51,9 @@ them (with ``--report val`` they are calibrated on the very part they are scored
 the coverage there says nothing). The split seed also seeds each tool's initialisation
 and batch order (setattn ``--seed``, chemprop ``--pytorch-seed``).
 
+After the tables, a test report prints issue #15's acceptance lines checked on the rows
+whose three tools have run on every seed (``molecule_acceptance``).
+
 Each finished run is saved at once in ``<--out>/results.json``; a rerun skips runs saved
 with the same settings, so an interrupted benchmark resumes (``molecule_jobs``).
 """
@@ -64,6 +67,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import molecule_sets  # noqa: E402
+from molecule_acceptance import acceptance_table  # noqa: E402
 from molecule_jobs import (  # noqa: E402
     RunSettings,
     import_results,
@@ -172,7 +176,10 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.datasets:
             run_set(name, args, settings, done)
         print(f"load average {load_average()}", file=sys.stderr)
-    print_tables(wanted(load_results(args.out), args, settings), args.report, flags)
+    records = wanted(load_results(args.out), args, settings)
+    print_tables(records, args.report, flags)
+    if args.report == "test":
+        print("\nacceptance of issue #15\n\n" + "\n".join(acceptance_table(records)))
 
 
 if __name__ == "__main__":
