@@ -46,6 +46,8 @@ class TrainConfig:
             ``--seed`` sets it).
         device: "auto", "cpu", "cuda" or "cuda:N" (``setattn.molprop.device``).
         precision: "fp32", or "bf16" for bfloat16 autocast of the training forward passes.
+        compile: train through ``torch.compile(model, dynamic=True)`` (the same model and
+            weights; validation and prediction stay eager).
     """
 
     epochs: int = option(60, "maximum number of epochs", type=int)
@@ -58,6 +60,9 @@ class TrainConfig:
     device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
     precision: str = option("fp32", "fp32, or bf16: bfloat16 autocast of the training forward "
                             "passes (weights and evaluation stay float32)", choices=PRECISIONS)
+    compile: bool = option(False, "train through torch.compile: a one-off compile (about a "
+                           "minute on a CPU, needs a C++ compiler there), then faster steps; "
+                           "pays on large training sets", action="store_true")
 
     def validate(self) -> None:
         """Raises ValueError naming the flag of a setting out of range."""

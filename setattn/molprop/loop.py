@@ -207,7 +207,8 @@ def _set_up(model: MoleculeModel, train_data: Sequence[Data], val_data: Sequence
 def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bool,
            log: Log, member: int) -> Progress:
     """The progress to start from: ``last.pt``'s when resuming from one, else a new one
-    (seeding what training draws). Wraps the model in DDP under torchrun."""
+    (seeding what training draws). Wraps the model in DDP under torchrun, and in
+    ``torch.compile`` with ``config.compile``."""
     w = distributed.world()
     state = None
     if resume:  # rank 0 reads the checkpoint; every rank gets it
@@ -222,6 +223,8 @@ def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bo
         progress = Progress(monitor_metric(training.model.config.task, training.val_y))
     # DDP averages gradients over the ranks (and starts every rank from rank 0's weights)
     training.net = DistributedDataParallel(training.model) if w.size > 1 else training.model
+    if config.compile:  # one compiled graph serves every batch size and molecule count
+        training.net = torch.compile(training.net, dynamic=True)
     return progress
 
 

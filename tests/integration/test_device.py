@@ -1,6 +1,7 @@
-"""``--device`` and ``--precision``: the CPU gives today's numbers whether asked for or
-chosen by ``auto``; CUDA asked for where there is none is an error naming the flag; bf16
-autocast covers the training forward passes only. (No GPU here: what runs on CUDA is
+"""``--device``, ``--precision`` and ``--compile``: the CPU gives today's numbers whether
+asked for or chosen by ``auto``; CUDA asked for where there is none is an error naming the
+flag; bf16 autocast covers the training forward passes only; a compiled run trains the
+same model as an eager one. (No GPU here: what runs on CUDA is
 checked on a machine with one.)"""
 
 from __future__ import annotations
@@ -147,3 +148,31 @@ def test_cpu_payloads_are_saved_as_given():
     state = {"w": torch.ones(2), "rng": [torch.zeros(3, dtype=torch.uint8), 4], "n": "x"}
     assert checkpoint.on_cpu(state) is state
     assert checkpoint.on_cpu(state["rng"]) is state["rng"]
+
+
+def _val_losses(out):
+    """The validation loss of every epoch, from ``log.csv``."""
+    rows = (out / "log.csv").read_text().splitlines()
+    column = rows[0].split(",").index("val_loss")
+    return [float(r.split(",")[column]) for r in rows[1:]]
+
+
+def test_compile_trains_the_same_model(data, tmp_path, capsys, monkeypatch):
+    """``--compile`` runs the training steps through ``torch.compile``: the same model
+    and numbers as eager training up to float rounding (fused kernels add in another
+    order), and the saved weights load as a plain model."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    calls = []
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: calls.append(k) or compile_(*a, **k))
+    for name, flags in (("eager", []), ("compiled", ["--compile"])):
+        assert train_tiny(data, tmp_path / name, capsys, *flags, epochs=2)[0] == 0
+    assert calls == [{"dynamic": True}]  # the one model of the compiled run, not the eager
+    eager, compiled = _val_losses(tmp_path / "eager"), _val_losses(tmp_path / "compiled")
+    assert len(eager) == len(compiled) == 2
+    assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)
+    config = json.loads((tmp_path / "compiled" / "config.json").read_text())["train"]
+    assert config["compile"] is True
+    state = checkpoint.load_model(tmp_path / "compiled" / "model_0" / "best.pt")[0].state_dict()
+    assert not any(k.startswith("_orig_mod") for k in state)  # the plain model's weights
+
