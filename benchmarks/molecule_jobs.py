@@ -8,6 +8,7 @@ interrupted run is removed and the run started again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -24,8 +25,8 @@ from molecule_sets import SETS, MoleculeTable
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.metrics import evaluate
 
-__all__ = ["Job", "RunSettings", "load_results", "run_job", "save_result", "setattn_result",
-           "split_data"]
+__all__ = ["Job", "RunSettings", "load_results", "run_job", "run_name", "save_result",
+           "setattn_result", "split_data"]
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,16 @@ def tool_flags(tool: str, settings: RunSettings) -> str:
     return " ".join([*chemprop_anchor.ANCHORS[tool], *settings.chemprop_flags])
 
 
+def run_name(tool: str, settings: RunSettings) -> str:
+    """The folder of a tool's run: the tool's name, plus a digest of the extra flags it got
+    (``--setattn-flags`` / ``--chemprop-flags``), so that runs of other flags in the same
+    ``--out`` keep their files."""
+    extra = settings.setattn_flags if tool == "setattn" else settings.chemprop_flags
+    if not extra:
+        return tool
+    return f"{tool}-{hashlib.sha1(' '.join(extra).encode()).hexdigest()[:8]}"
+
+
 def run_job(job: Job, tool: str, settings: RunSettings, done: set[tuple]) -> dict | None:
     """Run ``tool`` ("setattn" or a chemprop anchor) on ``job`` unless ``done`` holds it;
     save and return its record (None when skipped)."""
@@ -220,7 +231,8 @@ def run_job(job: Job, tool: str, settings: RunSettings, done: set[tuple]) -> dic
     key = _key(job.dataset, job.kind, job.seed, settings.report, tool, flags)
     if key in done:
         return None
-    run_dir = settings.out / job.dataset / f"{job.column}_{settings.report}" / tool
+    run_dir = settings.out / job.dataset / f"{job.column}_{settings.report}" / run_name(tool,
+                                                                                    settings)
     shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts again
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     result = (_run_setattn(job, run_dir, settings) if tool == "setattn"

@@ -171,3 +171,17 @@ def test_quality_table_marks_the_best_mean_and_the_seed_wins(bench):
     auc = [_record(t, 20, m, "tox21") for t, m in (("setattn", 0.9), ("chemprop", 0.8))]
     row = molecule_tables.quality_table(auc)[2].split(" | ")
     assert row[4] == "**0.900**" and row[9:11] == ["yes", "1/1"]
+
+
+def test_runs_of_other_extra_flags_keep_their_own_folders(bench, tmp_path):
+    _, molecule_jobs, _ = bench
+    plain = molecule_jobs.RunSettings(tmp_path, "val", 1, (), ())
+    fast = molecule_jobs.RunSettings(tmp_path, "val", 1, ("--compile",), ("--epochs", "3"))
+    other = molecule_jobs.RunSettings(tmp_path, "val", 1, ("--epochs", "3"), ("--epochs", "3"))
+    # the report's runs (no extra flags) keep the folders of the tool's name
+    assert [molecule_jobs.run_name(t, plain) for t in ("setattn", "chemprop_rdkit")] == \
+        ["setattn", "chemprop_rdkit"]
+    names = {molecule_jobs.run_name("setattn", s) for s in (plain, fast, other)}
+    assert len(names) == 3 and all(n.startswith("setattn") for n in names)
+    # an anchor's folder follows the chemprop flags only
+    assert molecule_jobs.run_name("chemprop", fast) == molecule_jobs.run_name("chemprop", other)
