@@ -17,7 +17,9 @@ vectors):
   all pairs), with a learned bias per head and relative offset passed to the engine as
   a per-edge ``bias``;
 * global attention pooling over the contextual word states: a learned query per head
-  (Yang et al. 2016); dropout and a linear classifier.
+  (Yang et al. 2016), with ``--pool attn+max`` concatenated with the max over each
+  text's word states (CNN-rand's max over time, Kim 2014); dropout and a linear
+  classifier.
 
 Regularisation: small width, dropout, training words replaced by ``<unk>`` at random
 (``--word-dropout``), weight decay, the best validation epoch kept. ``--ensemble M``
@@ -62,11 +64,22 @@ from documents_data import CORPORA, Encoded, batches, encode_round, load_corpus,
 from documents_linear import choose_weight, fit_linear
 from documents_words import draw_sentences
 from torch import Tensor, nn
+from torch_geometric.utils import scatter
 from tqdm import tqdm
 
 from setattn.domains import Tokenizer, Vocabulary
 from setattn.nn import GlobalAttentionPool, SinusoidalEncoding, TransformerBlock, set_positions
 from setattn.topology import Topology, complete, window
+
+POOLS = ("attn", "attn+max")
+"""What ``--pool`` takes."""
+
+
+def segment_max(x: Tensor, ptr: Tensor) -> Tensor:
+    """(G, D) the max over each text's rows of x (N, D), texts at offsets ptr (G + 1,)."""
+    sizes = ptr[1:] - ptr[:-1]  # (G,)
+    batch = torch.repeat_interleave(torch.arange(len(sizes), device=x.device), sizes)  # (N,)
+    return scatter(x, batch, dim=0, dim_size=len(sizes), reduce="max")  # (G, D)
 
 
 class RelativePositionBias(nn.Module):
@@ -107,13 +120,19 @@ class DocumentClassifier(nn.Module):
         embed_std: standard deviation of the initial embeddings.
         pe_scale: weight of the sinusoidal position encodings (0: none).
         ratio_features: R, log-count ratios per node (0: none).
+        char_buckets: hashed character n-gram buckets (0: none).
+        pool: ``attn`` (attention pooling) or ``attn+max`` (its concatenation with the
+            max over each text's word states, CNN-rand's max over time).
     """
 
     def __init__(self, vocab: int, classes: int, dim: int = 32, heads: int = 4,
                  layers: int = 1, radius: int = 2, dropout: float = 0.5,
                  attn_dropout: float = 0.1, embed_std: float = 0.02, pe_scale: float = 0.02,
-                 ratio_features: int = 0, char_buckets: int = 0):
+                 ratio_features: int = 0, char_buckets: int = 0, pool: str = "attn"):
         super().__init__()
+        if pool not in POOLS:
+            raise ValueError(f"argument pool must be one of {POOLS}, got {pool!r}")
+        self.max_pool = pool == "attn+max"
         self.radius, self.pe_scale = radius, pe_scale
         self.embed = nn.Embedding(vocab, dim)
         nn.init.normal_(self.embed.weight, std=embed_std)
@@ -132,7 +151,7 @@ class DocumentClassifier(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.pool = GlobalAttentionPool(dim, heads)
         self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(dim, classes)
+        self.out = nn.Linear(2 * dim if self.max_pool else dim, classes)
 
     def topology(self, ptr: Tensor) -> Topology:
         """Who attends to whom inside each sentence."""
@@ -163,7 +182,10 @@ class DocumentClassifier(nn.Module):
         top = self.topology(ptr)
         for block, bias in zip(self.blocks, self.biases):
             x = block(x, top, bias=bias(top))  # (N, D)
-        pooled = self.pool(self.norm(x), ptr=ptr)  # (G, D)
+        x = self.norm(x)  # (N, D)
+        pooled = self.pool(x, ptr=ptr)  # (G, D)
+        if self.max_pool:
+            pooled = torch.cat([pooled, segment_max(x, ptr)], 1)  # (G, 2D)
         return self.out(self.drop(pooled))  # (G, C)
 
 
@@ -274,6 +296,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=32, help="embedding and model width")
     p.add_argument("--heads", type=int, default=4, help="attention heads")
     p.add_argument("--layers", type=int, default=1, help="transformer blocks")
+    p.add_argument("--pool", choices=POOLS, default="attn", help="what the classifier "
+                   "reads: attention pooling, or its concatenation with the max over each "
+                   "text's word states")
     p.add_argument("--radius", type=int, default=2,
                    help="intra-attention window half-width (-1: all pairs)")
     p.add_argument("--dropout", type=float, default=0.5, help="embedding / output dropout")
@@ -314,7 +339,7 @@ def train_ensemble(data: Encoded, split: tuple[Tensor, ...], vocab: int, classes
         model = DocumentClassifier(vocab, classes, args.dim, args.heads, args.layers,
                                    args.radius, args.dropout, embed_std=args.embed_std,
                                    pe_scale=args.pe_scale, ratio_features=data.ratios.shape[1],
-                                   char_buckets=args.char_buckets)
+                                   char_buckets=args.char_buckets, pool=args.pool)
         val_acc, epoch = train_model(model, train, val, args, gen, bar)
         models.append(model)
         records.append({"val_accuracy": val_acc, "best_epoch": epoch,
