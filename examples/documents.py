@@ -64,7 +64,7 @@ from documents_data import CORPORA, Encoded, batches, encode_round, load_corpus,
 from documents_linear import choose_weight, fit_linear
 from documents_words import draw_sentences
 from torch import Tensor, nn
-from torch_geometric.utils import scatter
+from torch_geometric.utils import segment
 from tqdm import tqdm
 
 from setattn.domains import Tokenizer, Vocabulary
@@ -76,10 +76,9 @@ POOLS = ("attn", "attn+max")
 
 
 def segment_max(x: Tensor, ptr: Tensor) -> Tensor:
-    """(G, D) the max over each text's rows of x (N, D), texts at offsets ptr (G + 1,)."""
-    sizes = ptr[1:] - ptr[:-1]  # (G,)
-    batch = torch.repeat_interleave(torch.arange(len(sizes), device=x.device), sizes)  # (N,)
-    return scatter(x, batch, dim=0, dim_size=len(sizes), reduce="max")  # (G, D)
+    """(G, D) the max over each text's rows of x (N, D), texts at offsets ptr (G + 1,);
+    zeros for an empty text."""
+    return segment(x, ptr, reduce="max")  # (G, D)
 
 
 class RelativePositionBias(nn.Module):

@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from molecule_runs import freesolv_slice, run, train_tiny
+from molecule_runs import freesolv_slice, read_csv, run, train_tiny
 
 from setattn.cli import predict as cli_predict
 from setattn.molprop import checkpoint, device
@@ -152,9 +152,7 @@ def test_cpu_payloads_are_saved_as_given():
 
 def _val_losses(out):
     """The validation loss of every epoch, from ``log.csv``."""
-    rows = (out / "log.csv").read_text().splitlines()
-    column = rows[0].split(",").index("val_loss")
-    return [float(r.split(",")[column]) for r in rows[1:]]
+    return [float(row["val_loss"]) for row in read_csv(out / "log.csv")]
 
 
 def test_compile_trains_the_same_model(data, tmp_path, capsys, monkeypatch):
@@ -175,4 +173,3 @@ def test_compile_trains_the_same_model(data, tmp_path, capsys, monkeypatch):
     assert config["compile"] is True
     state = checkpoint.load_model(tmp_path / "compiled" / "model_0" / "best.pt")[0].state_dict()
     assert not any(k.startswith("_orig_mod") for k in state)  # the plain model's weights
-
