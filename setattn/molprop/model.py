@@ -72,7 +72,8 @@ class MoleculeModelConfig:
     hidden: int = option(96, "atom state width (divisible by --heads)", type=int)
     layers: int = option(3, "graph attention layers", type=int)
     heads: int = option(4, "attention heads per layer and in the readout", type=int)
-    conv: str = "gatv2"
+    conv: str = option("gatv2", "graph attention layers: gatv2, or gat (one projection per "
+                       "layer, scores from per-atom terms: cheaper)", choices=["gatv2", "gat"])
     norm: str = "none"
     dropout: float = option(0.0, "dropout in the head and on attention weights", type=float)
     descriptor_dim: int = 0
@@ -99,7 +100,7 @@ class MoleculeModelConfig:
         if self.task not in ("regression", "classification"):
             raise ValueError(f"task must be 'regression' or 'classification', got {self.task!r}")
         if self.conv not in ("gat", "gatv2"):
-            raise ValueError(f"conv must be 'gat' or 'gatv2', got {self.conv!r}")
+            raise ValueError(f"argument --conv: must be 'gat' or 'gatv2', got {self.conv!r}")
         if self.norm not in ("none", "layer"):
             raise ValueError(f"norm must be 'none' or 'layer', got {self.norm!r}")
         if self.num_tasks < 1:

@@ -284,6 +284,7 @@ TRAIN_VALUES: dict[str, list] = {
     "--heads": ["2", "3", "0", "-2"],
     "--layers": ["0", "1", "-1"],
     "--dropout": ["0", "0.5", "1", "1.5", "-0.1", "nan"],
+    "--conv": ["gatv2", "gat", "gcn"],
     "--global-layers": ["0", "1", "2", "-1"],
     "--max-hops": ["1", "8", "0", "5000"],
     "--weight-decay": ["0", "-1"],
