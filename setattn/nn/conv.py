@@ -118,11 +118,20 @@ class GATConv(AttentionConv):
         return edge_attr if self.lin_edge is not None else None
 
     def edge_term(self, edge_attr: Tensor | None) -> Tensor | None:
-        """(E, A) edge features -> a_edge . W_e e_ij, (E, H)."""
+        """(E, A) edge features -> a_edge . W_e e_ij, (E, H).
+
+        Computed as e_ij . (W_e^T a_edge): the attention vector folded into the weight
+        gives an (A, H) matrix, so no (E, H * C) projection is made.
+        """
         if edge_attr is None or self.lin_edge is None:
             return None
-        e = project_edges(self.lin_edge, edge_attr)  # (E, H * C)
-        return (e.view(-1, self.heads, self.out_channels) * self.att_edge).sum(-1)  # (E, H)
+        if is_lazy(self.lin_edge):  # the first call sizes it
+            e = project_edges(self.lin_edge, edge_attr)  # (E, H * C)
+            return (e.view(-1, self.heads, self.out_channels) * self.att_edge).sum(-1)
+        edge_attr = edge_attr[:, None] if edge_attr.dim() == 1 else edge_attr  # (E, A)
+        weight = self.lin_edge.weight.view(self.heads, self.out_channels, -1)  # (H, C, A)
+        folded = torch.einsum("hca,hc->ah", weight, self.att_edge)  # (A, H)
+        return edge_attr.mm(folded)  # (E, H)
 
     @classmethod
     def from_pyg(cls, conv: nn.Module) -> GATConv:

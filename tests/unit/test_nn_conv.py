@@ -103,6 +103,20 @@ def test_gradients_and_weights_match_pyg(ours, theirs):
     assert_close(xb.grad, xa.grad)
 
 
+@pytest.mark.parametrize(("n", "e"), [(6, 20), (11, 40)])
+def test_gat_edge_weights_get_pygs_gradients(n, e):
+    """GATConv folds att_edge into W_e (an (A, H) matrix): the gradients of both still
+    equal PyG's, which projects every edge to (E, H * C) first."""
+    x, ei, ea = random_graph(8 + n, n, e, f=4)
+    ref = pyg_nn.GATConv(4, 3, heads=2, edge_dim=3)
+    randomize(ref)
+    mine = GATConv.from_pyg(ref)
+    ref(x, ei, ea).sin().sum().backward()
+    mine(x, ei, ea).sin().sum().backward()
+    assert_close(mine.lin_edge.weight.grad, ref.lin_edge.weight.grad)
+    assert_close(mine.att_edge.grad, ref.att_edge.grad.view(2, 3))
+
+
 @pytest.mark.parametrize("ours", [GATConv, GATv2Conv])
 def test_no_edges_gives_bias(ours):
     layer = ours(4, 3, heads=2, add_self_loops=False)
