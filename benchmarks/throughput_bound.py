@@ -18,14 +18,14 @@ shared machine's drifting load hits every case alike (``util.interleaved_seconds
   or weighting. An attention layer of that shape does at least this work, so its
   throughput bounds what an optimised attention kernel could reach.
 
-Then the two command lines, as ``benchmarks/molecules.py`` times them (molecules x epochs /
-seconds of training with its validation passes), alternately ``--rounds`` times for
+Then the command lines, as ``benchmarks/molecules.py`` times them (molecules x epochs /
+seconds of training with its validation passes), in turn ``--rounds`` times for
 ``--epochs`` epochs each on one split of the same CSV, one thread each: ``setattn train
 --ensemble-size 1 --kernel-ridge off`` (the network alone, as on sets of over 3,000
-training molecules by default) and chemprop 2.3.1 at width 96 (``--message-hidden-dim 96
---ffn-hidden-dim 96``). The last column of the first table carries each in-process case
-over to the command line: its throughput relative to ``gatv2``, times setattn train's
-ratio to chemprop.
+training molecules by default), the same with ``--conv gat``, and chemprop 2.3.1 at width
+96 (``--message-hidden-dim 96 --ffn-hidden-dim 96``). The last column of the first table
+carries each in-process case over to the command line: its throughput relative to
+``gatv2``, times ``setattn train``'s ratio to chemprop.
 
     python benchmarks/throughput_bound.py
     python benchmarks/throughput_bound.py --dataset esol --molecules 1000 --epochs 4
@@ -116,14 +116,16 @@ def epoch_fn(model: MoleculeModel, packed: PackedMolecules, train: list):
     return run
 
 
-def setattn_cli(csv: Path, targets: tuple[str, ...], out: Path, epochs: int) -> float:
-    """Training molecules per second of ``setattn train`` (one model, the network alone:
-    no kernel ridge, whose closed-form fit would count as training time; one thread)."""
+def setattn_cli(csv: Path, targets: tuple[str, ...], out: Path, epochs: int,
+                conv: str) -> float:
+    """Training molecules per second of ``setattn train --conv conv`` (one model, the
+    network alone: no kernel ridge, whose closed-form fit would count as training time;
+    one thread)."""
     exe = Path(sys.executable).parent / "setattn"
     cmd = [str(exe), "train", "--data", str(csv), "--smiles-column", "smiles",
            "--target-columns", *targets, "--split", "column", "--split-column", "split",
            "--epochs", str(epochs), "--ensemble-size", "1", "--kernel-ridge", "off",
-           "--num-threads", "1",
+           "--conv", conv, "--num-threads", "1",
            "--output-dir", str(out)]
     chemprop_anchor.timed(cmd, out.parent / f"{out.name}.log", 1, SETATTN_CACHE_DIR="off")
     metrics = json.loads((out / "metrics.json").read_text())
@@ -177,10 +179,12 @@ def main(argv: list[str] | None = None) -> None:
         models = {c: build(c, dim) for c in cases}
         seconds = interleaved_seconds(
             {c: epoch_fn(models[c], packed, train) for c in cases}, args.repeats)
-        cli: dict[str, list[float]] = {"setattn train": [], "chemprop, width 96": []}
+        cli: dict[str, list[float]] = {"setattn train": [], "setattn train --conv gat": [],
+                                       "chemprop, width 96": []}
         for r in range(args.rounds):
-            cli["setattn train"].append(
-                setattn_cli(csv, spec.targets, tmp / f"setattn{r}", args.epochs))
+            for conv, name in (("gatv2", "setattn train"), ("gat", "setattn train --conv gat")):
+                cli[name].append(
+                    setattn_cli(csv, spec.targets, tmp / f"{conv}{r}", args.epochs, conv))
             cli["chemprop, width 96"].append(chemprop_cli(
                 csv, spec.targets, tmp / f"chemprop{r}", args.epochs, len(train)))
     speed = {c: len(train) / s for c, s in seconds.items()}
