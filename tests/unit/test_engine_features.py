@@ -368,3 +368,22 @@ def test_non_contiguous_inputs(topology, score_name, return_weights):
     got = attend(qt, kt, vt, case.topology, score, return_weights=return_weights)
     want = attend(q, k, v, case.topology, score, return_weights=return_weights)
     torch.testing.assert_close(_out(got), _out(want), **TIGHT)
+
+
+# ---------------------------------------------------------------------------------------
+# GAT's per-node terms as one matrix product
+
+
+@pytest.mark.parametrize("shape", [(7, 3, 5), (2, 9, 4, 6), (1, 1, 1)])
+def test_head_dot_equals_the_elementwise_sum(shape):
+    """``head_dot`` (a block-diagonal matrix product) gives ``(x * att).sum(-1)`` with its
+    gradients, for any leading dimensions, in float64."""
+    x = torch.randn(*shape, dtype=F64, requires_grad=True)
+    att = torch.randn(*shape[-2:], dtype=F64, requires_grad=True)
+    got = S.head_dot(x, att)
+    want = (x * att).sum(-1, keepdim=True)
+    assert got.shape == want.shape == (*shape[:-1], 1)
+    torch.testing.assert_close(got, want, **TIGHT)
+    g = torch.randn_like(want)
+    grads = torch.autograd.grad(got, (x, att), g)
+    torch.testing.assert_close(grads, torch.autograd.grad(want, (x, att), g), **TIGHT)
