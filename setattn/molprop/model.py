@@ -3,7 +3,7 @@
 The layers::
 
     atoms x (N, F_atom) --Linear--> h (N, D)
-    L x [ h = h + ELU(GATv2Conv(h, bonds + self loops, bond features))
+    L x [ h = h + ELU(GATConv(h, bonds + self loops, bond features))   (GATv2Conv: --conv gatv2)
           [after each of the last ``global_layers``: h = DistanceBiasedBlock(h), global
            attention over all atoms of the molecule biased by their bond distance] ]
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
@@ -53,7 +53,7 @@ class MoleculeModelConfig:
         hidden: D, atom state width (divisible by ``heads``).
         layers: L, graph attention layers.
         heads: H, attention heads in each layer and in the readout.
-        conv: "gatv2" or "gat".
+        conv: "gat" (the default) or "gatv2".
         norm: "none" or "layer" (LayerNorm before each attention layer).
         dropout: dropout in the head MLP and on attention weights.
         descriptor_dim: width of per-molecule descriptors appended to the readout (0: none).
@@ -72,8 +72,9 @@ class MoleculeModelConfig:
     hidden: int = option(96, "atom state width (divisible by --heads)", type=int)
     layers: int = option(3, "graph attention layers", type=int)
     heads: int = option(4, "attention heads per layer and in the readout", type=int)
-    conv: str = option("gatv2", "graph attention layers: gatv2, or gat (one projection per "
-                       "layer, scores from per-atom terms: cheaper)", choices=["gatv2", "gat"])
+    conv: str = option("gat", "graph attention layers: gat (one projection per layer, "
+                       "scores from per-atom terms), or gatv2 (scores from every atom pair's "
+                       "features: slower)", choices=["gat", "gatv2"])
     norm: str = "none"
     dropout: float = option(0.0, "dropout in the head and on attention weights", type=float)
     descriptor_dim: int = 0

@@ -1,5 +1,5 @@
-"""``setattn train --conv``: GAT (v1) layers instead of GATv2, through training, the
-saved model and prediction."""
+"""``setattn train --conv``: GAT (v1) layers by default, GATv2 on request, through
+training, the saved model and prediction."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ def data(tmp_path_factory):
     return freesolv_slice(tmp_path_factory.mktemp("data") / "freesolv.csv", 40)
 
 
-def test_gat_layers_train_save_and_predict(data, tmp_path, capsys):
-    out = tmp_path / "gat"
-    assert train_tiny(data, out, capsys, "--conv", "gat", epochs=2)[0] == 0
+def test_gatv2_layers_train_save_and_predict(data, tmp_path, capsys):
+    out = tmp_path / "gatv2"
+    assert train_tiny(data, out, capsys, "--conv", "gatv2", epochs=2)[0] == 0
     model = checkpoint.load_model(out / "model_0" / "best.pt")[0]
-    assert model.config.conv == "gat"
-    assert all(type(c) is GATConv for c in model.convs)
+    assert model.config.conv == "gatv2"
+    assert all(type(c) is GATv2Conv for c in model.convs)
     code, _, err = run(["predict", "--model", out, "--data", data,
                         "--output", tmp_path / "preds.csv"], capsys)
     assert code == 0, err
@@ -28,11 +28,11 @@ def test_gat_layers_train_save_and_predict(data, tmp_path, capsys):
     assert len(rows) == 40 and all(float(r["expt"]) == float(r["expt"]) for r in rows)
 
 
-def test_the_default_stays_gatv2(data, tmp_path, capsys):
-    assert train_tiny(data, tmp_path / "v2", capsys)[0] == 0
-    model = checkpoint.load_model(tmp_path / "v2" / "model_0" / "best.pt")[0]
-    assert model.config.conv == "gatv2"
-    assert all(type(c) is GATv2Conv for c in model.convs)
+def test_the_default_is_gat(data, tmp_path, capsys):
+    assert train_tiny(data, tmp_path / "gat", capsys)[0] == 0
+    model = checkpoint.load_model(tmp_path / "gat" / "model_0" / "best.pt")[0]
+    assert model.config.conv == "gat"
+    assert all(type(c) is GATConv for c in model.convs)
 
 
 def test_an_unknown_layer_names_the_flag(data, tmp_path, capsys):
