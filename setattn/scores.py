@@ -188,9 +188,8 @@ def head_dot(x: Tensor, att: Tensor) -> Tensor:
     a single GEMM forward and two backward, instead of an elementwise product over all of
     x, its sum, and their backward passes (benchmarks/results/throughput_bound.md).
     """
-    h, d = att.shape
-    blocks = (att[:, :, None] * torch.eye(h, dtype=att.dtype, device=att.device)[:, None, :])
-    out = x.reshape(-1, h * d) @ blocks.reshape(h * d, h)  # (N, H)
+    blocks = torch.block_diag(*att[:, :, None])  # (H * D, H): column h holds att[h]
+    out = x.reshape(-1, blocks.shape[0]) @ blocks  # (N, H)
     return out.view(*x.shape[:-1], 1)  # (..., H, 1)
 
 
