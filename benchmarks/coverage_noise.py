@@ -1,0 +1,127 @@
+"""How far can a perfectly exchangeable split-conformal interval miss the 88-92 % band?
+
+Issue 15 asks that setattn's 90 % intervals cover 88-92 % of the test molecules, as the
+mean over report seeds 10-14. Split conformal calibration on n validation molecules
+(``setattn.molprop.conformal``) gives intervals whose coverage, over the draw of the
+validation part, follows Beta(k, n + 1 - k) with k = ceil((n + 1) * 0.9) (Vovk et al.
+2005; Angelopoulos & Bates 2021, section 3.2), when the validation and test molecules
+are exchangeable and the scores have no ties. The m test molecules then count the hits of
+Binomial(m, coverage). Both draws are small on these sets (64 validation and 64 test
+molecules on FreeSolv), so even a method with exact marginal coverage lands outside the
+band by chance. This script says how often, row by row, from the split sizes the
+benchmark's own split code makes for the seeds in the records, by simulation:
+
+* ``expected``: k / (n + 1) averaged over the seeds, the mean coverage of an exact
+  method;
+* ``sd of the mean``: the spread of the seeds' mean coverage;
+* ``P(in band)``: the chance that the mean lands in 88-92 %;
+* ``observed``, ``z``: setattn's mean coverage in the records and how many of those
+  spreads it lies from ``expected``. |z| > 2 points at something beyond chance, such as
+  a scaffold split whose test scaffolds are not exchangeable with the validation ones.
+
+    python benchmarks/coverage_noise.py
+    python benchmarks/coverage_noise.py --results benchmarks/results/molecules_report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+from molecule_acceptance import COVERAGE_BAND, complete_rows
+from molecule_sets import SETS, load_set, split_labels
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVEL = 0.9
+
+
+def part_sizes(name: str, kind: str, seed: int) -> tuple[int, int]:
+    """Labelled (validation, test) molecules of set ``name``'s split (kind, seed)."""
+    table = load_set(name)
+    labels = split_labels(kind, table.smiles, seed)
+    labelled = [label for label, cells in zip(labels, table.cells) if cells[0] != ""]
+    return labelled.count("val"), labelled.count("test")
+
+
+def simulate(sizes: list[tuple[int, int]], draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Mean test coverage over the seeds of an exact split-conformal method, ``draws`` times.
+
+    Args:
+        sizes: (validation, test) molecules of each seed's split.
+        draws: simulated report runs.
+        rng: the random generator.
+
+    Returns:
+        (draws,) mean coverage over the seeds.
+    """
+    total = np.zeros(draws)
+    for n, m in sizes:
+        k = math.ceil((n + 1) * LEVEL)
+        coverage = rng.beta(k, n + 1 - k, size=draws)  # (draws,) given the calibration part
+        total += rng.binomial(m, coverage) / m  # (draws,) share of test hits
+    return total / len(sizes)
+
+
+def expected_coverage(sizes: list[tuple[int, int]]) -> float:
+    """k / (n + 1) averaged over the seeds' validation sizes n."""
+    return statistics.fmean(math.ceil((n + 1) * LEVEL) / (n + 1) for n, _ in sizes)
+
+
+def _span(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def noise_rows(records: list[dict], draws: int, seed: int) -> tuple[list[list[str]], float]:
+    """One table row per complete regression (set, split) row of the records, and the
+    chance that an exact method has every row in the band (rows independent)."""
+    rows, _ = complete_rows(records)
+    rng = np.random.default_rng(seed)
+    low, high = COVERAGE_BAND
+    out, all_inside = [], 1.0
+    for (name, kind), runs in rows.items():
+        if SETS[name].task != "regression":
+            continue
+        ours = [r for r in runs["setattn"] if r["result"].get("coverage") is not None]
+        sizes = [part_sizes(name, kind, r["seed"]) for r in ours]
+        means = simulate(sizes, draws, rng)  # (draws,)
+        expected, spread = expected_coverage(sizes), float(means.std())
+        observed = statistics.fmean(r["result"]["coverage"] for r in ours)
+        inside = float(((means >= low) & (means <= high)).mean())
+        all_inside *= inside
+        out.append([name, kind, str(len(ours)), _span([n for n, _ in sizes]),
+                    _span([m for _, m in sizes]), f"{expected:.1%}",
+                    f"{spread:.1%}", f"{inside:.0%}", f"{observed:.1%}",
+                    f"{(observed - expected) / spread:+.1f}"])
+    return out, all_inside
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--results", type=Path,
+                        default=ROOT / "benchmarks/results/molecules_report2.json",
+                        help="records of benchmarks/molecules.py (its results.json)")
+    parser.add_argument("--draws", type=int, default=200_000, help="simulated report runs")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulation")
+    args = parser.parse_args()
+    try:
+        records = json.loads(args.results.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        parser.error(f"argument --results: cannot read {args.results}: {err}")
+    header = ["set", "split", "seeds", "validation n", "test m", "expected",
+              "sd of the mean", "P(in band)", "observed", "z"]
+    print(f"records: {args.results}; {args.draws:,} simulated runs of an exact method")
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    rows, all_inside = noise_rows(records, args.draws, args.seed)
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\nchance that an exact method has all {len(rows)} rows in the band: {all_inside:.0%}")
+
+
+if __name__ == "__main__":
+    main()

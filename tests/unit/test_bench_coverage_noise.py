@@ -1,0 +1,41 @@
+"""The chance model of ``benchmarks/coverage_noise.py`` against the closed forms."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture()
+def noise(monkeypatch):
+    """``benchmarks/coverage_noise.py``, importable for this test only."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import coverage_noise
+
+    return coverage_noise
+
+
+@pytest.mark.parametrize(("n", "m"), [(64, 64), (113, 40), (574, 574)])
+def test_one_seed_matches_beta_binomial_moments(noise, n, m):
+    k = math.ceil((n + 1) * 0.9)
+    a, b = k, n + 1 - k
+    mean = a / (a + b)
+    var_c = a * b / ((a + b) ** 2 * (a + b + 1))  # Beta variance
+    # Var(hits / m) = E[c (1 - c)] / m + Var(c)
+    var = (mean - (var_c + mean**2)) / m + var_c
+    draws = noise.simulate([(n, m)], 200_000, np.random.default_rng(1))
+    assert draws.mean() == pytest.approx(mean, abs=4 * math.sqrt(var / 200_000))
+    assert draws.std() == pytest.approx(math.sqrt(var), rel=0.02)
+    assert noise.expected_coverage([(n, m)]) == pytest.approx(mean)
+
+
+def test_averaging_seeds_shrinks_the_spread(noise):
+    rng = np.random.default_rng(2)
+    one = noise.simulate([(64, 64)], 100_000, rng).std()
+    five = noise.simulate([(64, 64)] * 5, 100_000, rng).std()
+    assert five == pytest.approx(one / math.sqrt(5), rel=0.03)
