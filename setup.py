@@ -13,7 +13,8 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 DATASETS = Path(__file__).resolve().parent / "datasets"
-BUNDLED = ("molecules", "images", "planetoid", "rt-polarity", "text")  # the folders the loaders read
+# the folders the loaders read
+BUNDLED = ("molecules", "images", "planetoid", "rt-polarity", "text")
 
 
 class BuildWithDatasets(build_py):

@@ -5,6 +5,8 @@ per-node work once and the per-edge work as little as possible:
 
 * ``prepare_q(q)`` / ``prepare_k(k)``: per-node projections, (N, H, Dk) -> (N, H, A).
 * ``combine(pq, pk, edge_attr=None)``: broadcastable (..., H, A) pair -> (..., H).
+* ``prepare_both(x)``: both per-node terms of rows that are queries and keys at once
+  (self-attention, ``q is k``); GAT computes them in one matrix product.
 
 ``forward(q, k)`` is ``combine(prepare_q(q), prepare_k(k))`` on broadcastable inputs.
 A user's own score is any module whose ``forward(q, k)`` (optionally
@@ -18,6 +20,7 @@ then runs them with matrix products / ``scaled_dot_product_attention``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +37,11 @@ class Score(nn.Module):
     def prepare_k(self, k: Tensor) -> Tensor:
         """(N, H, Dk) -> (N, H, A) per-node key term."""
         return k
+
+    def prepare_both(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Both terms of rows that are queries and keys at once (self-attention):
+        (N, H, Dk) -> ((N, H, A), (N, H, A)); a score may compute them together."""
+        return self.prepare_q(x), self.prepare_k(x)
 
     def combine(self, pq: Tensor, pk: Tensor, edge_attr: Tensor | None = None) -> Tensor:
         """Broadcastable (..., H, A) prepared pair -> (..., H) logits."""
@@ -180,17 +188,24 @@ class ConcatAdditive(Score):
         return (torch.tanh(h) * self.v).sum(-1)  # (..., H)
 
 
-def head_dot(x: Tensor, att: Tensor) -> Tensor:
-    """Per-head dot products with one vector per head: x (..., H, D), att (H, D) ->
-    (..., H, 1), ``(x * att).sum(-1, keepdim=True)``.
+def head_dots(x: Tensor, atts: Sequence[Tensor]) -> list[Tensor]:
+    """Per-head dot products with P vectors per head, in one matrix product: x (..., H, D)
+    and atts[p] (H, D) -> P tensors (..., H, 1), ``(x * atts[p]).sum(-1, keepdim=True)``.
 
-    Computed as one matrix product with the block-diagonal (H * D, H) matrix of ``att``:
-    a single GEMM forward and two backward, instead of an elementwise product over all of
-    x, its sum, and their backward passes (benchmarks/results/throughput_bound.md).
+    The (H * D, P * H) matrix holds each ``atts[p]`` block-diagonally: a single GEMM
+    forward and two backward, instead of an elementwise product over all of x, its sum,
+    and their backward passes, per vector (benchmarks/results/throughput_bound.md).
     """
-    blocks = torch.block_diag(*att[:, :, None])  # (H * D, H): column h holds att[h]
-    out = x.reshape(-1, blocks.shape[0]) @ blocks  # (N, H)
-    return out.view(*x.shape[:-1], 1)  # (..., H, 1)
+    h = atts[0].shape[0]
+    blocks = torch.cat([torch.block_diag(*a[:, :, None]) for a in atts], 1)  # (H * D, P * H)
+    out = x.reshape(-1, blocks.shape[0]) @ blocks  # (N, P * H)
+    shape = (*x.shape[:-1], 1)
+    return [out[:, p * h:(p + 1) * h].reshape(shape) for p in range(len(atts))]
+
+
+def head_dot(x: Tensor, att: Tensor) -> Tensor:
+    """x (..., H, D), att (H, D) -> (..., H, 1): ``head_dots`` with one vector per head."""
+    return head_dots(x, [att])[0]
 
 
 class GAT(Score):
@@ -218,6 +233,12 @@ class GAT(Score):
 
     def prepare_k(self, k: Tensor) -> Tensor:
         return head_dot(k, self.att_src)  # (..., H, 1)
+
+    def prepare_both(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """One matrix product for both terms: a single gradient of x (..., H, D) flows
+        back, not two to be added (benchmarks/results/throughput_bound.md)."""
+        pq, pk = head_dots(x, [self.att_dst, self.att_src])  # (..., H, 1) each
+        return pq, pk
 
     def combine(self, pq: Tensor, pk: Tensor, edge_attr: Tensor | None = None) -> Tensor:
         s = (pq + pk).squeeze(-1)  # (..., H)

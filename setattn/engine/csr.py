@@ -83,7 +83,10 @@ def csr_tensor(side: CSRSide, values: Tensor) -> Tensor:
 def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:
     """Per-edge weights (E, H) times node rows (C, H, D) -> (R, H, D)."""
     a = csr_tensor(side, w.reshape(-1).index_select(0, side.order))
-    out = a @ x.reshape(-1, x.shape[-1])  # (R * H, D)
+    # into a fresh row-major result: ``a @ x`` zero-fills a column-major one and copies it
+    # back, two passes over cold memory that cost more than the product itself
+    out = x.new_empty(side.shape[0], x.shape[-1])  # (R * H, D)
+    out.addmm_(a, x.reshape(-1, x.shape[-1]), beta=0.0)  # beta 0: out's contents unread
     return out.view(-1, x.shape[1], x.shape[2])
 
 

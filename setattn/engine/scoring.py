@@ -14,9 +14,10 @@ def prepare(score: nn.Module, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     """Per-node terms: q (Nq, H, Dk), k (Nk, H, Dk) -> pq (Nq, H, A), pk (Nk, H, A).
 
     A module that is not a ``Score`` gets q and k back as they are (the same objects).
+    When q is k (self-attention on the same rows) a ``Score`` prepares both at once.
     """
     if isinstance(score, Score):
-        return score.prepare_q(q), score.prepare_k(k)
+        return score.prepare_both(q) if q is k else (score.prepare_q(q), score.prepare_k(k))
     return q, k
 
 

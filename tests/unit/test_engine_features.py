@@ -387,3 +387,48 @@ def test_head_dot_equals_the_elementwise_sum(shape):
     g = torch.randn_like(want)
     grads = torch.autograd.grad(got, (x, att), g)
     torch.testing.assert_close(grads, torch.autograd.grad(want, (x, att), g), **TIGHT)
+
+
+@pytest.mark.parametrize(("shape", "vectors"), [((7, 3, 5), 2), ((2, 9, 4, 6), 3), ((1, 1, 1), 2)])
+def test_head_dots_equal_one_elementwise_sum_per_vector(shape, vectors):
+    """``head_dots`` gives ``(x * att_p).sum(-1)`` for each of P vectors per head, with
+    the gradients, in float64."""
+    x = torch.randn(*shape, dtype=F64, requires_grad=True)
+    atts = [torch.randn(*shape[-2:], dtype=F64, requires_grad=True) for _ in range(vectors)]
+    got = S.head_dots(x, atts)
+    want = [(x * a).sum(-1, keepdim=True) for a in atts]
+    assert [t.shape for t in got] == [(*shape[:-1], 1)] * vectors
+    torch.testing.assert_close(got, want, **TIGHT)
+    gs = [torch.randn_like(w) for w in want]
+    inputs = (x, *atts)
+    torch.testing.assert_close(torch.autograd.grad(got, inputs, gs),
+                               torch.autograd.grad(want, inputs, gs), **TIGHT)
+
+
+def _one_node_set(name: str):
+    """(topology, N) over one node set: a complete or window case, or a random graph on
+    7 nodes with self loops, a repeated edge and a node no edge enters."""
+    if name != "edges":
+        case = make_case(name)
+        assert case.num_q == case.num_kv
+        return case.topology, case.num_q
+    src = torch.tensor([0, 1, 2, 3, 4, 5, 6, 1, 3, 3, 0, 6])
+    dst = torch.tensor([0, 1, 2, 3, 4, 5, 5, 0, 2, 2, 4, 1])  # nothing enters node 6
+    return edges(torch.stack([src, dst]), 7), 7
+
+
+@pytest.mark.parametrize("topology", ["complete", "window", "edges"])
+def test_gat_self_attention_prepares_both_terms_at_once(topology):
+    """With q the very tensor k, GAT's two per-node terms come from one matrix product
+    (``prepare_both``); output and gradients equal those of q as a separate copy."""
+    top, n = _one_node_set(topology)
+    score = S.GAT(3, 4).double()
+    x = torch.randn(n, 3, 4, dtype=F64, requires_grad=True)
+    v = torch.randn(n, 3, 5, dtype=F64)
+    shared = attend(x, x, v, top, score)
+    separate = attend(x.clone(), x, v, top, score)
+    torch.testing.assert_close(shared, separate, **TIGHT)
+    g = torch.randn_like(shared)
+    params = (x, score.att_src, score.att_dst)
+    torch.testing.assert_close(torch.autograd.grad(shared, params, g),
+                               torch.autograd.grad(separate, params, g), **TIGHT)
