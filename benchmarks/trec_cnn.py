@@ -44,10 +44,12 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from setattn.datasets import load_trec
-from setattn.domains import Tokenizer, Vocabulary
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from documents_data import fixed_split, fold_indices, fold_split  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+from setattn.datasets import load_trec  # noqa: E402
+from setattn.domains import Tokenizer, Vocabulary  # noqa: E402
+
 PAD = 4
 """Zero vectors on each side of a text (Kim: the widest filter minus one)."""
 
@@ -164,10 +166,7 @@ def load(test: bool) -> tuple[list[list[str]], Tensor, int, Tensor | None]:
 
 def inner_splits(num: int, folds: int, seed: int, val_fraction: float = 0.1
                  ) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """The (train, validation, held-out) indices of ``documents.py --inner-folds``
-    (examples/documents_data.py must be importable)."""
-    from documents_data import fold_indices, fold_split
-
+    """The (train, validation, held-out) indices of ``documents.py --inner-folds``."""
     parts = fold_indices(num, folds, seed)
     return [fold_split(parts, k, val_fraction) for k in range(folds)]
 
@@ -198,9 +197,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="model seeds")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    sys.path.insert(0, str(EXAMPLES))
-    from documents_data import fixed_split
-
     tokens, y, classes, fixed = load(args.test)
     results = []
     for seed in args.seeds:
