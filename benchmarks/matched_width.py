@@ -1,5 +1,6 @@
-"""Throughput at matched width, measured in turn: setattn's defaults against chemprop at
-width 96, run after one another on the same split, several rounds.
+"""Throughput at matched width and wall time, measured in turn: setattn's defaults,
+chemprop at width 96 and chemprop's defaults, run one after another on the same split,
+several rounds.
 
 Issue 15 asks for training throughput >= 2x chemprop's at matched width. The report
 (``molecules.py --matched-width``) runs chemprop at width 96 once, on the first seed of
@@ -32,12 +33,13 @@ from molecule_jobs import RunSettings, load_results, record_key, run_job, split_
 from molecule_sets import SETS, SPLIT_KINDS  # noqa: E402
 from util import load_average, print_table  # noqa: E402
 
-TOOLS = ("setattn", "chemprop_w96")
+TOOLS = ("setattn", "chemprop_w96", "chemprop")
 
 
 def _order(round_index: int) -> tuple[str, ...]:
-    """setattn first in even rounds, chemprop first in odd ones."""
-    return TOOLS if round_index % 2 == 0 else TOOLS[::-1]
+    """The tools rotated by the round: each goes first in every third round."""
+    shift = round_index % len(TOOLS)
+    return TOOLS[shift:] + TOOLS[:shift]
 
 
 def run_rounds(name: str, kind: str, seed: int, rounds: int, out: Path,
@@ -70,15 +72,27 @@ def run_rounds(name: str, kind: str, seed: int, rounds: int, out: Path,
     return found
 
 
+def _values(rounds: list[dict[str, dict]], tool: str, key: str) -> list[float]:
+    return [r[tool]["result"][key] for r in rounds]
+
+
+def _ratio_cells(ratios: list[float]) -> list[str]:
+    """The median of per-round ratios, and their range."""
+    return [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"]
+
+
 def summary_row(name: str, kind: str, seed: int, rounds: list[dict[str, dict]]) -> list:
-    """One table row: medians of both tools' molecules/s and of the per-round ratios."""
-    ours = [r["setattn"]["result"]["mol_per_s"] for r in rounds]
-    theirs = [r["chemprop_w96"]["result"]["mol_per_s"] for r in rounds]
-    ratios = [a / b for a, b in zip(ours, theirs)]
+    """One table row: medians of the tools' molecules/s and seconds, and of the per-round
+    throughput (vs width 96) and wall-time (vs chemprop's defaults) ratios."""
+    ours, theirs = _values(rounds, "setattn", "mol_per_s"), _values(rounds, "chemprop_w96",
+                                                                     "mol_per_s")
+    ours_s, default_s = _values(rounds, "setattn", "seconds"), _values(rounds, "chemprop",
+                                                                       "seconds")
     return [name, kind, seed, len(rounds), f"{statistics.median(ours):.0f}",
-            f"{statistics.median(theirs):.0f}", f"{statistics.median(ratios):.2f}x",
-            f"{min(ratios):.2f}x to {max(ratios):.2f}x",
-            " / ".join(f"{a:.0f}:{b:.0f}" for a, b in zip(ours, theirs))]
+            f"{statistics.median(theirs):.0f}",
+            *_ratio_cells([a / b for a, b in zip(ours, theirs)]),
+            f"{statistics.median(ours_s):.0f}", f"{statistics.median(default_s):.0f}",
+            *_ratio_cells([b / a for a, b in zip(ours_s, default_s)])]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,11 +113,12 @@ def main(argv: list[str] | None = None) -> None:
     rows = [summary_row(name, kind, args.seed,
                         run_rounds(name, kind, args.seed, args.rounds, args.out, args.threads))
             for name in args.datasets for kind in args.splits]
-    print(f"\nsetattn (defaults) against chemprop 2.3.1 at width 96, in turn, "
+    print(f"\nsetattn (defaults), chemprop 2.3.1 at width 96 and at its defaults, in turn, "
           f"{args.threads} thread(s); load average at the end {load_average()}")
-    print_table(["set", "split", "seed", "rounds", "setattn mol/s (median)",
-                 "chemprop width 96 mol/s (median)", "ratio (median of rounds)",
-                 "ratio range", "per round setattn:chemprop"], rows, markdown=True)
+    print_table(["set", "split", "seed", "rounds", "setattn train mol/s",
+                 "chemprop width 96 train mol/s", "throughput ratio", "its range",
+                 "setattn s/run", "chemprop s/run", "chemprop s / setattn s", "its range"],
+                rows, markdown=True)
 
 
 if __name__ == "__main__":

@@ -18,21 +18,24 @@ def matched(monkeypatch):
     return matched_width
 
 
-def _round(ours: float, theirs: float) -> dict:
-    return {"setattn": {"result": {"mol_per_s": ours}},
-            "chemprop_w96": {"result": {"mol_per_s": theirs}}}
+def _round(ours: float, theirs: float, ours_s: float, default_s: float) -> dict:
+    return {"setattn": {"result": {"mol_per_s": ours, "seconds": ours_s}},
+            "chemprop_w96": {"result": {"mol_per_s": theirs, "seconds": 1.0}},
+            "chemprop": {"result": {"mol_per_s": 1.0, "seconds": default_s}}}
 
 
-def test_the_tools_take_turns_going_first(matched):
+def test_each_tool_goes_first_in_turn(matched):
     assert [matched._order(r)[0] for r in range(4)] == [
-        "setattn", "chemprop_w96", "setattn", "chemprop_w96"]
+        "setattn", "chemprop_w96", "chemprop", "setattn"]
     assert all(sorted(matched._order(r)) == sorted(matched.TOOLS) for r in range(4))
 
 
-def test_the_ratio_is_the_median_of_the_rounds_ratios(matched):
-    # ratios 3.0, 1.0, 2.0: median 2.0, where the ratio of the medians is 3000 / 1000 = 3.0
-    rounds = [_round(3000.0, 1000.0), _round(1000.0, 1000.0), _round(6000.0, 3000.0)]
+def test_the_ratios_are_medians_of_the_rounds_ratios(matched):
+    # throughput ratios 3.0, 1.0, 2.0: median 2.0, where the ratio of the medians is
+    # 3000 / 1000 = 3.0; wall-time ratios 2.0, 0.5, 1.5: median 1.5
+    rounds = [_round(3000.0, 1000.0, 10.0, 20.0), _round(1000.0, 1000.0, 40.0, 20.0),
+              _round(6000.0, 3000.0, 20.0, 30.0)]
     row = matched.summary_row("esol", "random", 10, rounds)
     assert row[:4] == ["esol", "random", 10, 3]
     assert row[4:8] == ["3000", "1000", "2.00x", "1.00x to 3.00x"]
-    assert row[8] == "3000:1000 / 1000:1000 / 6000:3000"
+    assert row[8:] == ["20", "20", "1.50x", "0.50x to 2.00x"]
