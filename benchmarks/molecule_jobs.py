@@ -187,9 +187,12 @@ def _run_setattn(job: Job, run_dir: Path, settings: RunSettings) -> dict:
            "--target-columns", *spec.targets, "--task", spec.task, "--split", "column",
            "--split-column", job.column, "--seed", str(job.seed), "--output-dir", str(run_dir),
            "--num-threads", str(settings.threads), *settings.setattn_flags]
-    # featurisation from scratch in every run, as chemprop does (no feature cache hit)
+    # featurisation from scratch in every run, as chemprop does (no feature cache hit),
+    # in as many processes as the tools' threads (setattn's default uses every core on
+    # sets of 2,000 rows or more; one process when threads is 1)
     seconds = chemprop_anchor.timed(cmd, run_dir.parent / f"{run_dir.name}.log",
-                                    settings.threads, SETATTN_CACHE_DIR="off")
+                                    settings.threads, SETATTN_CACHE_DIR="off",
+                                    SETATTN_FEATURIZE_WORKERS=str(settings.threads))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     seen = {part: metrics["split"][part] for part in ("train", "val", "test")}
     if seen != job.counts():

@@ -185,3 +185,25 @@ def test_runs_of_other_extra_flags_keep_their_own_folders(bench, tmp_path):
     assert len(names) == 3 and all(n.startswith("setattn") for n in names)
     # an anchor's folder follows the chemprop flags only
     assert molecule_jobs.run_name("chemprop", fast) == molecule_jobs.run_name("chemprop", other)
+
+
+def test_setattn_featurises_with_the_tools_thread_count(monkeypatch, tmp_path):
+    """The benchmark's setattn runs featurise in as many processes as each tool has
+    threads (setattn's default pool would take every core on large sets)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chemprop_anchor
+    import molecule_jobs
+
+    seen = {}
+
+    def fake_timed(cmd, log, threads, **env):
+        seen.update(env, threads=threads)
+        raise RuntimeError("stop before training")
+
+    monkeypatch.setattr(chemprop_anchor, "timed", fake_timed)
+    settings = molecule_jobs.RunSettings(tmp_path, "test", threads=1)
+    job = molecule_jobs.Job("esol", "random", 10, tmp_path / "data.csv", "random10", [],
+                            table=None)
+    with pytest.raises(RuntimeError, match="stop before training"):
+        molecule_jobs._run_setattn(job, tmp_path / "run", settings)
+    assert seen == {"threads": 1, "SETATTN_CACHE_DIR": "off", "SETATTN_FEATURIZE_WORKERS": "1"}
