@@ -33,15 +33,16 @@ from pathlib import Path
 
 import numpy as np
 from molecule_acceptance import COVERAGE_BAND, complete_rows
-from molecule_sets import SETS, load_set, split_labels
+from molecule_sets import SETS, MoleculeTable, load_set, split_labels
+from util import print_table
+
+from setattn.molprop.conformal import LEVEL
 
 ROOT = Path(__file__).resolve().parent.parent
-LEVEL = 0.9
 
 
-def part_sizes(name: str, kind: str, seed: int) -> tuple[int, int]:
-    """Labelled (validation, test) molecules of set ``name``'s split (kind, seed)."""
-    table = load_set(name)
+def part_sizes(table: MoleculeTable, kind: str, seed: int) -> tuple[int, int]:
+    """Labelled (validation, test) molecules of ``table``'s split (kind, seed)."""
     labels = split_labels(kind, table.smiles, seed)
     labelled = [label for label, cells in zip(labels, table.cells) if cells[0] != ""]
     return labelled.count("val"), labelled.count("test")
@@ -87,7 +88,8 @@ def noise_rows(records: list[dict], draws: int, seed: int) -> tuple[list[list[st
         if SETS[name].task != "regression":
             continue
         ours = [r for r in runs["setattn"] if r["result"].get("coverage") is not None]
-        sizes = [part_sizes(name, kind, r["seed"]) for r in ours]
+        table = load_set(name)
+        sizes = [part_sizes(table, kind, r["seed"]) for r in ours]
         means = simulate(sizes, draws, rng)  # (draws,)
         expected, spread = expected_coverage(sizes), float(means.std())
         observed = statistics.fmean(r["result"]["coverage"] for r in ours)
@@ -115,11 +117,8 @@ def main() -> None:
     header = ["set", "split", "seeds", "validation n", "test m", "expected",
               "sd of the mean", "P(in band)", "observed", "z"]
     print(f"records: {args.results}; {args.draws:,} simulated runs of an exact method")
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
     rows, all_inside = noise_rows(records, args.draws, args.seed)
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print_table(header, rows, markdown=True)
     print(f"\nchance that an exact method has all {len(rows)} rows in the band: {all_inside:.0%}")
 
 
