@@ -7,9 +7,13 @@ Issue 15 asks for training throughput >= 2x chemprop's at matched width. The rep
 each row, some minutes or sessions away from setattn's run of that seed. On this shared
 2-core machine the same chemprop run has measured 1,573 and 2,544 training molecules/s
 (Huuskonen random, seed 10: report runs 2 and 3, identical predictions), so a ratio of
-two single runs made at different times says little. Here both tools run on one split in
-turn, the order alternating from round to round, so that both meet the same load; the
-ratio is taken per round (setattn / chemprop of that round) and its median printed.
+two single runs made at different times says little; the same holds for the wall-time
+line, whose chemprop runs date from report run 1. Here the three runs follow one another
+on one split, the order rotating from round to round, so that all meet the same load;
+each ratio is taken per round and its median printed:
+
+* throughput: setattn's training molecules/s / chemprop width 96's (issue: >= 2x);
+* wall time: chemprop's default run's seconds / setattn's (issue: >= 1).
 
 Every run is a record of ``molecule_jobs`` in ``<--out>/round<r>/results.json``: an
 interrupted call resumes, and the per-run files stay for inspection.
@@ -44,7 +48,7 @@ def _order(round_index: int) -> tuple[str, ...]:
 
 def run_rounds(name: str, kind: str, seed: int, rounds: int, out: Path,
                threads: int) -> list[dict[str, dict]]:
-    """Both tools on split (kind, seed) of set ``name``, ``rounds`` times in turn.
+    """The three tools on split (kind, seed) of set ``name``, ``rounds`` times in turn.
 
     Returns:
         Per round, each tool's record (``molecule_jobs``'s, its ``result`` holding
