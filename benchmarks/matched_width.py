@@ -16,10 +16,13 @@ each ratio is taken per round and its median printed:
 * wall time: chemprop's default run's seconds / setattn's (issue: >= 1).
 
 Every run is a record of ``molecule_jobs`` in ``<--out>/round<r>/results.json``: an
-interrupted call resumes, and the per-run files stay for inspection.
+interrupted call resumes, and the per-run files stay for inspection. ``--save FILE``
+also writes all of them, each with its ``round``, to one file; ``molecules.py --in-turn
+FILE`` judges the report's cost lines on it.
 
     python benchmarks/matched_width.py                      # FreeSolv, ESOL, Huuskonen
     python benchmarks/matched_width.py --datasets bace1 --splits random --rounds 2
+    python benchmarks/matched_width.py --save benchmarks/results/matched_width.json
 
 Timings depend on the machine and its load (printed); they are not pass/fail.
 """
@@ -27,6 +30,7 @@ Timings depend on the machine and its load (printed); they are not pass/fail.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -76,6 +80,12 @@ def run_rounds(name: str, kind: str, seed: int, rounds: int, out: Path,
     return found
 
 
+def saved_rounds(out: Path, rounds: int) -> list[dict]:
+    """Every record of the first ``rounds`` rounds under ``out``, each with its ``round``."""
+    return [{**rec, "round": r} for r in range(rounds)
+            for rec in load_results(out / f"round{r}") if rec["tool"] in TOOLS]
+
+
 def _values(rounds: list[dict[str, dict]], tool: str, key: str) -> list[float]:
     return [r[tool]["result"][key] for r in rounds]
 
@@ -110,6 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tool per split")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
     parser.add_argument("--out", type=Path, default=Path("runs/matched_width"))
+    parser.add_argument("--save", type=Path, default=None, metavar="FILE",
+                        help="also write every round's records, each with its round, to "
+                        "FILE (for molecules.py --in-turn)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"argument --rounds: must be >= 1, got {args.rounds}")
@@ -123,6 +136,10 @@ def main(argv: list[str] | None = None) -> None:
                  "chemprop width 96 train mol/s", "throughput ratio", "its range",
                  "setattn s/run", "chemprop s/run", "chemprop s / setattn s", "its range"],
                 rows, markdown=True)
+    if args.save is not None:
+        records = saved_rounds(args.out, args.rounds)
+        args.save.write_text(json.dumps(records, indent=1) + "\n")
+        print(f"{len(records)} records saved in {args.save}", file=sys.stderr)
 
 
 if __name__ == "__main__":

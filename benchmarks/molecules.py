@@ -52,7 +52,8 @@ the coverage there says nothing). The split seed also seeds each tool's initiali
 and batch order (setattn ``--seed``, chemprop ``--pytorch-seed``).
 
 After the tables, a test report prints issue #15's acceptance lines checked on the rows
-whose three tools have run on every seed (``molecule_acceptance``).
+whose three tools have run on every seed (``molecule_acceptance``); with ``--in-turn``
+the cost lines are also judged on ``matched_width.py``'s rounds of the tools in turn.
 
 Each finished run is saved at once in ``<--out>/results.json``; a rerun skips runs saved
 with the same settings, so an interrupted benchmark resumes (``molecule_jobs``).
@@ -61,6 +62,7 @@ with the same settings, so an interrupted benchmark resumes (``molecule_jobs``).
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -115,6 +117,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--import-results", nargs="+", type=Path, default=[], metavar="FILE",
                         help="first add the records of these results files (slices of "
                         "the benchmark run in other --out folders) to --out's")
+    parser.add_argument("--in-turn", type=Path, default=None, metavar="FILE",
+                        help="records of benchmarks/matched_width.py --save (tools timed in "
+                        "turn): the acceptance's cost lines are also judged on them")
     args = parser.parse_args(argv)
     if args.skip_chemprop:
         args.anchors = []
@@ -179,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     records = wanted(load_results(args.out), args, settings)
     print_tables(records, args.report, flags)
     if args.report == "test":
-        print("\nacceptance of issue #15\n\n" + "\n".join(acceptance_table(records)))
+        rounds = json.loads(args.in_turn.read_text()) if args.in_turn else None
+        print("\nacceptance of issue #15\n\n" + "\n".join(acceptance_table(records, rounds)))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from captum.attr import IntegratedGradients
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import subgraph
@@ -143,6 +142,10 @@ def integrated_gradients(forward: Forward, data: Data, target: int = 0, *,
         values (N,) summing to output(data) - output(baseline) up to ``delta`` (captum's
         convergence delta) when every graph input has shares.
     """
+    # captum (and the matplotlib it loads) costs about a second at start-up: imported
+    # here, `setattn train` and `predict` do not pay for it
+    from captum.attr import IntegratedGradients
+
     inputs = (data.x.float()[None],) + tuple(data[k].float() for k in graph_inputs)
     baselines = tuple(torch.zeros_like(t) for t in inputs)
 

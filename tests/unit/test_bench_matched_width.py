@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,13 @@ def test_the_ratios_are_medians_of_the_rounds_ratios(matched):
     assert row[:4] == ["esol", "random", 10, 3]
     assert row[4:8] == ["3000", "1000", "2.00x", "1.00x to 3.00x"]
     assert row[8:] == ["20", "20", "1.50x", "0.50x to 2.00x"]
+
+
+def test_saved_rounds_carry_their_round(matched, tmp_path):
+    for r, tools in enumerate([("setattn", "chemprop"), ("chemprop_w96", "other")]):
+        (tmp_path / f"round{r}").mkdir()
+        (tmp_path / f"round{r}" / "results.json").write_text(json.dumps(
+            [{"tool": t, "seed": 10} for t in tools]))
+    saved = matched.saved_rounds(tmp_path, 3)  # round 2 has no folder: nothing from it
+    assert [(s["round"], s["tool"]) for s in saved] == [
+        (0, "setattn"), (0, "chemprop"), (1, "chemprop_w96")]  # "other" is no tool here

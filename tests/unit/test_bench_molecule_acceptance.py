@@ -80,3 +80,41 @@ def test_classification_rows_need_higher_auc_and_have_no_coverage(acceptance):
     rows = _verdicts(acceptance.acceptance_table(records))
     assert rows["quality"][1:3] == ["0/1", "tox21 random"]  # 0.85 < rdkit's 0.86
     assert rows["coverage"][1] == "0/0"
+
+
+def _rounds(dataset, split, speeds, walls):
+    """matched_width.py's records: per round, setattn and chemprop at width 96 with the
+    throughput ratio ``speeds[r]``, and chemprop's default run taking ``walls[r]`` times
+    setattn's seconds."""
+    out = []
+    for r, (speed, wall) in enumerate(zip(speeds, walls)):
+        out += [{**_record(dataset, split, 10, "setattn", 1.0, seconds=10.0,
+                           mol_per_s=1000.0 * speed), "round": r},
+                {**_record(dataset, split, 10, "chemprop_w96", 1.0, mol_per_s=1000.0),
+                 "round": r},
+                {**_record(dataset, split, 10, "chemprop", 1.0, seconds=10.0 * wall),
+                 "round": r}]
+    return out
+
+
+def test_in_turn_ratios_are_medians_of_per_round_ratios(acceptance):
+    rounds = _rounds("esol", "random", [3.0, 1.0, 2.5], [0.5, 2.0, 1.5])
+    rounds = rounds[:-1]  # round 2 lacks chemprop's default run: left out
+    speed, wall = acceptance.in_turn_ratios(rounds)[("esol", "random")]
+    assert speed == pytest.approx(2.0)  # median of 3.0 and 1.0
+    assert wall == pytest.approx(1.25)  # median of 0.5 and 2.0
+
+
+def test_in_turn_lines_judge_the_complete_rows_they_cover(acceptance):
+    records = (_row("freesolv", "random", 0.79, 1.3, 0.9)
+               + _row("esol", "random", 0.45, 0.6, 0.5))
+    rounds = (_rounds("freesolv", "random", [2.2, 2.1, 1.9], [1.2, 1.1, 1.3])
+              + _rounds("huuskonen", "random", [1.0], [0.5]))  # not a report row: ignored
+    rows = _verdicts(acceptance.acceptance_table(records, rounds))
+    assert rows["throughput, in turn"][1:] == ["1/1", "-", "2.10x to 2.10x", "met so far"]
+    assert rows["wall time, in turn"][1:] == ["1/1", "-", "1.20x to 1.20x", "met so far"]
+    rounds += _rounds("esol", "random", [1.5, 1.8, 1.7], [0.9, 1.1, 1.2])
+    rows = _verdicts(acceptance.acceptance_table(records, rounds))
+    assert rows["throughput, in turn"][1:3] == ["1/2", "esol random"]
+    assert rows["wall time, in turn"][1:] == ["2/2", "-", "1.10x to 1.20x", "met"]
+    assert "throughput, in turn" not in _verdicts(acceptance.acceptance_table(records))
