@@ -1,0 +1,104 @@
+"""A default's rule, checked on development records: candidate flags against baseline flags.
+
+A choice of default in issue 15 is made on the validation parts of development seeds
+(``molecules.py --report val --seeds 20 21 22``) by a rule written before the candidate
+runs (``results/molecules_dev.md``): over a set of (set, split) rows, the geometric mean
+of candidate / baseline mean validation metric is at most a bound, and no row is worse
+by more than a margin. This prints that comparison from the saved records, so that the
+verdict is recomputed, not copied:
+
+    python benchmarks/dev_rule.py --results benchmarks/results/molecules_dev_ens.json \\
+        benchmarks/results/molecules_dev_drop.json --baseline "--conv gat" \\
+        --candidate "--dropout 0.1" --max-geomean 0.99 --max-worse 0.03
+
+Only setattn's records of ``--report val`` count, on the seeds both flag sets ran; while
+a row has fewer of them than another, the rule is not judged. For ROC-AUC rows the ratio
+is baseline / candidate, so below 1 is better on every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from molecule_sets import SETS  # noqa: E402
+from util import print_table  # noqa: E402
+
+Row = tuple[str, str]
+
+
+def _values(records: list[dict], flags: str) -> dict[Row, dict[int, float]]:
+    """setattn's validation metric per (set, split) and seed, for one flag string."""
+    out: dict[Row, dict[int, float]] = {}
+    for r in records:
+        if r["tool"] == "setattn" and r.get("report") == "val" and r["flags"] == flags:
+            out.setdefault((r["dataset"], r["split"]), {})[r["seed"]] = r["result"]["metric"]
+    return out
+
+
+def compare(records: list[dict], baseline: str, candidate: str) -> list[dict]:
+    """Per row that both flag sets ran: the shared seeds, both means and the ratio
+    (candidate / baseline for RMSE, baseline / candidate for ROC-AUC: < 1 is better)."""
+    base, cand = _values(records, baseline), _values(records, candidate)
+    rows = []
+    for key in base:
+        seeds = sorted(set(base[key]) & set(cand.get(key, {})))
+        if not seeds:
+            continue
+        b = statistics.mean(base[key][s] for s in seeds)
+        c = statistics.mean(cand[key][s] for s in seeds)
+        ratio = c / b if SETS[key[0]].metric == "rmse" else b / c
+        rows.append({"row": key, "seeds": seeds, "baseline": [base[key][s] for s in seeds],
+                     "candidate": [cand[key][s] for s in seeds], "base_mean": b,
+                     "cand_mean": c, "ratio": ratio})
+    return rows
+
+
+def verdict(rows: list[dict], max_geomean: float, max_worse: float) -> tuple[float, float,
+                                                                              bool]:
+    """The geometric mean of the ratios, the worst ratio, and whether the rule holds."""
+    geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in rows))
+    worst = max(r["ratio"] for r in rows)
+    return geo, worst, geo <= max_geomean and worst <= 1 + max_worse
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", nargs="+", type=Path, required=True,
+                        help="results.json files of development runs")
+    parser.add_argument("--baseline", default="", help="the baseline's setattn flags")
+    parser.add_argument("--candidate", required=True, help="the candidate's setattn flags")
+    parser.add_argument("--max-geomean", type=float, required=True,
+                        help="largest geometric mean of the ratios the rule accepts")
+    parser.add_argument("--max-worse", type=float, required=True,
+                        help="largest loss on any row the rule accepts (0.03: 3 %%)")
+    args = parser.parse_args(argv)
+    records = [r for path in args.results for r in json.loads(path.read_text())]
+    rows = compare(records, args.baseline, args.candidate)
+    if not rows:
+        parser.error(f"no (set, split) row has validation records of both "
+                     f"{args.baseline!r} and {args.candidate!r} on a shared seed")
+    print(f"baseline {args.baseline!r}, candidate {args.candidate!r}; validation parts\n")
+    print_table(["set", "split", "seeds", "baseline", "candidate", "baseline mean",
+                 "candidate mean", "ratio (< 1 better)"],
+                [[*r["row"], " ".join(map(str, r["seeds"])),
+                  " / ".join(f"{v:.3f}" for v in r["baseline"]),
+                  " / ".join(f"{v:.3f}" for v in r["candidate"]), f"{r['base_mean']:.3f}",
+                  f"{r['cand_mean']:.3f}", f"{r['ratio']:.3f}"] for r in rows],
+                markdown=True)
+    geo, worst, holds = verdict(rows, args.max_geomean, args.max_worse)
+    most = max(len(r["seeds"]) for r in rows)
+    short = [" ".join(r["row"]) for r in rows if len(r["seeds"]) < most]
+    judged = ("not judged yet: fewer seeds on " + ", ".join(short) if short
+              else f"the rule {'holds' if holds else 'does not hold'}")
+    print(f"\n{len(rows)} rows; geometric mean {geo:.3f} (rule: <= {args.max_geomean}), "
+          f"worst row {worst:.3f} (rule: <= {1 + args.max_worse:.3f}): {judged}")
+
+
+if __name__ == "__main__":
+    main()
