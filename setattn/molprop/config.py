@@ -21,7 +21,8 @@ from setattn.molprop.limits import MAX_HEAVY_ATOMS, RUN_BOUNDS, check_bounds
 from setattn.molprop.model import MoleculeModelConfig
 from setattn.molprop.options import config_from_dict, flag_fields, key_error, option
 
-__all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig", "legacy_batch_size"]
+__all__ = ["FORMAT", "KERNEL_LIMIT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig",
+           "legacy_batch_size"]
 
 FORMAT = 1
 """Checkpoint and run format version, stored under the key ``"setattn_format"``."""
@@ -29,6 +30,10 @@ FORMAT = 1
 KERNEL_MAX_TRAIN = 3000
 """Most training molecules for which ``--kernel-ridge auto`` fits the kernel ridge: its
 closed-form fit grows as M^3."""
+
+KERNEL_LIMIT = 20000
+"""Most training molecules ``--kernel-ridge on`` accepts: the fit holds about three
+(M, M) float64 matrices (about 10 GB at this size)."""
 
 
 @dataclass
@@ -101,7 +106,8 @@ class RunConfig:
         ensemble_size: K models trained on the same split.
         strict: refuse the data if a SMILES is invalid or empty (else skip it).
         kernel_ridge: "auto" blends a descriptor kernel ridge into regression models
-            trained on at most ``KERNEL_MAX_TRAIN`` molecules with descriptors; "off".
+            trained on at most ``KERNEL_MAX_TRAIN`` molecules with descriptors; "on" at
+            any size up to ``KERNEL_LIMIT`` (regression with descriptors only); "off".
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -130,8 +136,9 @@ class RunConfig:
     kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "
                                "with the attention network's predictions (auto: for "
                                "regression with descriptors on at most "
-                               f"{KERNEL_MAX_TRAIN} training molecules)",
-                               choices=["auto", "off"])
+                               f"{KERNEL_MAX_TRAIN} training molecules; on: at any "
+                               f"size up to {KERNEL_LIMIT})",
+                               choices=["auto", "on", "off"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int)
     encoding: str | None = option(None, "text encoding of the CSV, e.g. latin-1 or cp1252 "
@@ -163,9 +170,15 @@ class RunConfig:
             raise ValueError(f"argument --ensemble-size: must be >= 1, got {self.ensemble_size}")
         if self.seed < 0:
             raise ValueError(f"argument --seed: must be >= 0, got {self.seed}")
-        if self.kernel_ridge not in ("auto", "off"):
-            raise ValueError(f"argument --kernel-ridge: must be auto or off, "
+        if self.kernel_ridge not in ("auto", "on", "off"):
+            raise ValueError(f"argument --kernel-ridge: must be auto, on or off, "
                              f"got {self.kernel_ridge!r}")
+        if self.kernel_ridge == "on" and self.task != "regression":
+            raise ValueError("argument --kernel-ridge: on needs --task regression (the "
+                             "kernel ridge regresses the targets)")
+        if self.kernel_ridge == "on" and not self.model.descriptor_dim:
+            raise ValueError("argument --kernel-ridge: on needs descriptors (it regresses "
+                             "on them), not --descriptors none")
         if self.max_heavy_atoms < 1:
             raise ValueError(f"argument --max-heavy-atoms: must be >= 1, "
                              f"got {self.max_heavy_atoms}")

@@ -43,12 +43,14 @@ def _loo_fits(kernel: Tensor, y: Tensor) -> list[tuple[float, float, Tensor]]:
     Returns:
         One (loo_mse, ridge, alpha (L,)) per ridge.
     """
-    eigval, eigvec = torch.linalg.eigh(kernel)  # (L,), (L, L)
+    eigval, eigvec = torch.linalg.eigh(kernel)  # (L,), (L, L): the one O(L^3) step
+    coef = eigvec.T @ y  # (L,) the targets in the eigenbasis
+    weights = eigvec.square()  # (L, L): diag(V D V^T) = weights @ diag(D)
     fits = []
-    for ridge in RIDGES:
-        inverse = (eigvec / (eigval + ridge)) @ eigvec.T  # (L, L) = (K + lam I)^-1
-        alpha = inverse @ y  # (L,)
-        loo = alpha / inverse.diagonal()  # (L,) y_i minus its prediction without i
+    for ridge in RIDGES:  # O(L^2) each: (K + lam I)^-1 = V diag(1 / (eigval + lam)) V^T
+        inverse = 1.0 / (eigval + ridge)  # (L,) its eigenvalues
+        alpha = eigvec @ (inverse * coef)  # (L,)
+        loo = alpha / (weights @ inverse)  # (L,) y_i minus its prediction without i
         fits.append((float(loo.square().mean()), ridge, alpha))
     return fits
 

@@ -41,7 +41,7 @@ from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, 
 from setattn.files import atomic_open, write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import batches, stacked_targets
-from setattn.molprop.config import KERNEL_MAX_TRAIN, RunConfig, TrainConfig
+from setattn.molprop.config import KERNEL_LIMIT, KERNEL_MAX_TRAIN, RunConfig, TrainConfig
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
@@ -103,9 +103,19 @@ def _write_log(rows: Sequence[dict], path: Path) -> None:
 
 
 def _kernel_size(run: RunConfig, n_train: int) -> int:
-    """M of the run's kernel ridge: the training molecules, or 0 for none."""
-    on = (run.kernel_ridge == "auto" and run.task == "regression"
-          and run.model.descriptor_dim > 0 and n_train <= KERNEL_MAX_TRAIN)
+    """M of the run's kernel ridge: the training molecules, or 0 for none.
+
+    Raises:
+        ValueError: naming ``--kernel-ridge`` when "on" meets more than ``KERNEL_LIMIT``
+            training molecules (before any model is trained).
+    """
+    if run.kernel_ridge == "on" and n_train > KERNEL_LIMIT:
+        raise ValueError(f"argument --kernel-ridge: on accepts at most {KERNEL_LIMIT} "
+                         f"training molecules (its fit holds (M, M) float64 matrices), "
+                         f"got {n_train}; use auto or off")
+    wanted = run.kernel_ridge == "on" or (run.kernel_ridge == "auto"
+                                          and n_train <= KERNEL_MAX_TRAIN)
+    on = wanted and run.task == "regression" and run.model.descriptor_dim > 0
     return n_train if on else 0
 
 

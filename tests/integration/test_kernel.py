@@ -186,3 +186,25 @@ def test_a_checkpoint_saved_before_the_blend_weight_still_loads(tmp_path, capsys
     (model,), _ = load_run(out)
     assert float(model.blend) == 1.0
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
+
+
+def test_kernel_ridge_on_fits_past_the_auto_size_and_refuses_what_it_cannot(
+        tmp_path, capsys, monkeypatch):
+    from setattn.molprop import run as run_module
+
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    monkeypatch.setattr(run_module, "KERNEL_MAX_TRAIN", 5)  # auto: too many molecules
+    status, stdout, _ = train_tiny(data, tmp_path / "auto", capsys)
+    assert status == 0 and "kernel ridge" not in stdout
+    status, stdout, _ = train_tiny(data, tmp_path / "on", capsys, "--kernel-ridge", "on")
+    assert status == 0 and "kernel ridge" in stdout
+    (model,), _ = load_run(tmp_path / "on")
+    assert model.kernel is not None and model.config.kernel_size > 5
+    monkeypatch.setattr(run_module, "KERNEL_LIMIT", 5)  # on: past what it accepts
+    status, _, err = train_tiny(data, tmp_path / "big", capsys, "--kernel-ridge", "on")
+    assert status == 2 and "--kernel-ridge: on accepts at most 5 training molecules" in err
+    for flags, words in ((("--descriptors", "none"), "on needs descriptors"),
+                         (("--task", "classification"), "on needs --task regression")):
+        status, _, err = train_tiny(data, tmp_path / "bad", capsys, "--kernel-ridge", "on",
+                                    *flags)
+        assert status == 2 and words in err
