@@ -11,8 +11,9 @@ verdict is recomputed, not copied:
         benchmarks/results/molecules_dev_drop.json --baseline "--conv gat" \\
         --candidate "--dropout 0.1" --max-geomean 0.99 --max-worse 0.03
 
-Only setattn's records of ``--report val`` count, on the seeds both flag sets ran; while
-a row has fewer of them than another, the rule is not judged. For ROC-AUC rows the ratio
+Only setattn's records of ``--report val`` count, on the seeds both flag sets ran. The
+baseline's rows (of ``--datasets``) are the rule's: while one has fewer shared seeds than
+another, or none, the rule is not judged. For ROC-AUC rows the ratio
 is baseline / candidate, so below 1 is better on every row.
 """
 
@@ -42,13 +43,15 @@ def _values(records: list[dict], flags: str) -> dict[Row, dict[int, float]]:
 
 
 def compare(records: list[dict], baseline: str, candidate: str) -> list[dict]:
-    """Per row that both flag sets ran: the shared seeds, both means and the ratio
-    (candidate / baseline for RMSE, baseline / candidate for ROC-AUC: < 1 is better)."""
+    """Per row of the baseline: the seeds both flag sets ran (none yet: an empty list and
+    no means), both means and the ratio (candidate / baseline for RMSE, baseline /
+    candidate for ROC-AUC: < 1 is better)."""
     base, cand = _values(records, baseline), _values(records, candidate)
     rows = []
     for key in base:
         seeds = sorted(set(base[key]) & set(cand.get(key, {})))
         if not seeds:
+            rows.append({"row": key, "seeds": []})
             continue
         b = statistics.mean(base[key][s] for s in seeds)
         c = statistics.mean(cand[key][s] for s in seeds)
@@ -73,13 +76,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="results.json files of development runs")
     parser.add_argument("--baseline", default="", help="the baseline's setattn flags")
     parser.add_argument("--candidate", required=True, help="the candidate's setattn flags")
+    parser.add_argument("--datasets", nargs="+", default=None,
+                        help="the rule's sets (default: every set of the baseline's "
+                        "records)")
     parser.add_argument("--max-geomean", type=float, required=True,
                         help="largest geometric mean of the ratios the rule accepts")
     parser.add_argument("--max-worse", type=float, required=True,
                         help="largest loss on any row the rule accepts (0.03: 3 %%)")
     args = parser.parse_args(argv)
-    records = [r for path in args.results for r in json.loads(path.read_text())]
-    rows = compare(records, args.baseline, args.candidate)
+    records = [r for path in args.results for r in json.loads(path.read_text())
+               if args.datasets is None or r["dataset"] in args.datasets]
+    everything = compare(records, args.baseline, args.candidate)
+    rows = [r for r in everything if r["seeds"]]
     if not rows:
         parser.error(f"no (set, split) row has validation records of both "
                      f"{args.baseline!r} and {args.candidate!r} on a shared seed")
@@ -93,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
                 markdown=True)
     geo, worst, holds = verdict(rows, args.max_geomean, args.max_worse)
     most = max(len(r["seeds"]) for r in rows)
-    short = [" ".join(r["row"]) for r in rows if len(r["seeds"]) < most]
+    short = [" ".join(r["row"]) for r in everything if len(r["seeds"]) < most]
     judged = ("not judged yet: fewer seeds on " + ", ".join(short) if short
               else f"the rule {'holds' if holds else 'does not hold'}")
     print(f"\n{len(rows)} rows; geometric mean {geo:.3f} (rule: <= {args.max_geomean}), "

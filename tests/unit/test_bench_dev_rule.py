@@ -54,3 +54,17 @@ def test_partial_rows_are_not_judged(rule, tmp_path, capsys):
     rule.main(["--results", str(path), "--candidate", "--x 1", "--max-geomean", "1.0",
                "--max-worse", "0.0"])
     assert "not judged yet: fewer seeds on freesolv random" in capsys.readouterr().out
+
+
+def test_a_baseline_row_the_candidate_has_not_run_keeps_the_rule_open(rule, tmp_path,
+                                                                      capsys):
+    records = [_rec("esol", "random", 20, f, 0.5) for f in ("", "--x 1")]
+    records += [_rec("bace1", "scaffold", 20, "", 0.9)]  # the candidate's run is missing
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(records))
+    args = ["--results", str(path), "--candidate", "--x 1", "--max-geomean", "1.0",
+            "--max-worse", "0.0"]
+    rule.main(args)
+    assert "not judged yet: fewer seeds on bace1 scaffold" in capsys.readouterr().out
+    rule.main([*args, "--datasets", "esol"])  # a rule over ESOL alone is complete
+    assert "the rule holds" in capsys.readouterr().out
