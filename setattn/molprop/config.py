@@ -32,8 +32,9 @@ KERNEL_MAX_TRAIN = 3000
 closed-form fit grows as M^3."""
 
 KERNEL_LIMIT = 20000
-"""Most training molecules ``--kernel-ridge on`` accepts: the fit holds about three
-(M, M) float64 matrices (about 10 GB at this size)."""
+"""Most training molecules ``--kernel-ridge on`` accepts. The fit peaks at about seven
+(M, M) float64 matrices (``limits.kernel_memory``: about 22 GB at this size), and a run
+whose fit would not fit in the available memory is refused before training."""
 
 
 @dataclass

@@ -157,6 +157,37 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
 
 
+KERNEL_MATRICES = 7
+"""(M, M) float64 matrices at the peak of the kernel ridge's fit: distances, one gamma's
+kernel and its labelled copy, the eigendecomposition's input, output and workspace, the
+squared eigenvectors (measured: 480 MB above the process at M = 3,000, 6.7 of them)."""
+
+
+def kernel_memory(m: int) -> int:
+    """Bytes the kernel ridge's fit on M training molecules needs at its peak."""
+    return KERNEL_MATRICES * 8 * m * m
+
+
+def check_kernel_memory(m: int, available: int | None = None) -> None:
+    """Refuse a kernel ridge whose fit on M training molecules would not fit in memory.
+
+    Args:
+        m: training molecules M.
+        available: bytes available (default: ``available_memory()``; None: unknown,
+            nothing is refused).
+
+    Raises:
+        ValueError: naming ``--kernel-ridge``, with the estimate and what is available.
+    """
+    available = available_memory() if available is None else available
+    need = kernel_memory(m)
+    if available is None or need <= available:
+        return
+    raise ValueError(f"argument --kernel-ridge: its fit on {m:,} training molecules needs "
+                     f"about {_gb(need)} of memory but {_gb(available)} is available; use "
+                     f"--kernel-ridge off")
+
+
 def check_memory(estimate: MemoryEstimate, batch_size: int, ensemble_size: int,
                  available: int | None = None) -> None:
     """Refuse a run whose estimate exceeds the available memory.

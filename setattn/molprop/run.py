@@ -107,7 +107,7 @@ def _kernel_size(run: RunConfig, n_train: int) -> int:
 
     Raises:
         ValueError: naming ``--kernel-ridge`` when "on" meets more than ``KERNEL_LIMIT``
-            training molecules (before any model is trained).
+            training molecules, or the fit would not fit in the available memory.
     """
     if run.kernel_ridge == "on" and n_train > KERNEL_LIMIT:
         raise ValueError(f"argument --kernel-ridge: on accepts at most {KERNEL_LIMIT} "
@@ -116,6 +116,8 @@ def _kernel_size(run: RunConfig, n_train: int) -> int:
     wanted = run.kernel_ridge == "on" or (run.kernel_ridge == "auto"
                                           and n_train <= KERNEL_MAX_TRAIN)
     on = wanted and run.task == "regression" and run.model.descriptor_dim > 0
+    if on:
+        limits.check_kernel_memory(n_train)  # before any model is trained
     return n_train if on else 0
 
 

@@ -53,3 +53,13 @@ def test_model_bounds_are_checked_by_validate():
     with pytest.raises(ValueError, match="num_tasks: 200000 is above"):
         MoleculeModelConfig(num_tasks=200_000).validate()
     MoleculeModelConfig(hidden=8192, heads=8).validate()  # the bound itself is fine
+
+
+def test_the_kernel_ridge_fit_is_refused_where_it_would_not_fit(monkeypatch):
+    assert limits.kernel_memory(3000) == limits.KERNEL_MATRICES * 8 * 3000 * 3000
+    limits.check_kernel_memory(3000, available=limits.kernel_memory(3000))  # just fits
+    with pytest.raises(ValueError, match=r"--kernel-ridge: its fit on 20,000 training "
+                                         r"molecules needs about 22\.4 GB .* 8\.0 GB"):
+        limits.check_kernel_memory(20000, available=8 * 10**9)
+    monkeypatch.setattr(limits, "available_memory", lambda: None)
+    limits.check_kernel_memory(20000)  # memory unknown: nothing is refused
