@@ -13,8 +13,8 @@ verdict is recomputed, not copied:
 
 Only setattn's records of ``--report val`` count, on the seeds both flag sets ran. The
 baseline's rows (of ``--datasets``) are the rule's: while one has fewer shared seeds than
-another, or none, the rule is not judged. For ROC-AUC rows the ratio
-is baseline / candidate, so below 1 is better on every row.
+another, or none, the rule is not judged. For ROC-AUC rows the ratio is baseline /
+candidate, so below 1 is better on every row.
 """
 
 from __future__ import annotations
@@ -53,12 +53,11 @@ def compare(records: list[dict], baseline: str, candidate: str) -> list[dict]:
         if not seeds:
             rows.append({"row": key, "seeds": []})
             continue
-        b = statistics.mean(base[key][s] for s in seeds)
-        c = statistics.mean(cand[key][s] for s in seeds)
-        ratio = c / b if SETS[key[0]].metric == "rmse" else b / c
-        rows.append({"row": key, "seeds": seeds, "baseline": [base[key][s] for s in seeds],
-                     "candidate": [cand[key][s] for s in seeds], "base_mean": b,
-                     "cand_mean": c, "ratio": ratio})
+        ours, theirs = [cand[key][s] for s in seeds], [base[key][s] for s in seeds]
+        b, c = statistics.mean(theirs), statistics.mean(ours)
+        rows.append({"row": key, "seeds": seeds, "baseline": theirs, "candidate": ours,
+                     "base_mean": b, "cand_mean": c,
+                     "ratio": c / b if SETS[key[0]].metric == "rmse" else b / c})
     return rows
 
 

@@ -129,19 +129,22 @@ def _spread(values: list[float], fmt: str) -> str:
     return "-" if not values else f"{fmt.format(min(values))} to {fmt.format(max(values))}"
 
 
+def _ratio_line(label: str, target: str, ratios: dict[Row, float], bound: float) -> list[str]:
+    """A cost line: the rows whose ratio reaches ``bound`` are met."""
+    met = [k for k, v in ratios.items() if v >= bound]
+    return _line(label, target, list(ratios), met, _spread(list(ratios.values()), "{:.2f}x"))
+
+
 def _throughput(rows: dict[Row, Runs], records: list[dict]) -> list[str]:
-    ratios = _ratios(rows, records)
-    met = [k for k, v in ratios.items() if v >= THROUGHPUT_RATIO]
-    return _line("throughput", f">= {THROUGHPUT_RATIO:.0f}x chemprop at matched width (96)",
-                 list(ratios), met, _spread(list(ratios.values()), "{:.2f}x"))
+    return _ratio_line("throughput", f">= {THROUGHPUT_RATIO:.0f}x chemprop at matched width "
+                       "(96)", _ratios(rows, records), THROUGHPUT_RATIO)
 
 
 def _wall_time(rows: dict[Row, Runs]) -> list[str]:
     ratios = {k: _mean(runs["chemprop"], "seconds") / _mean(runs["setattn"], "seconds")
               for k, runs in rows.items()}
-    met = [k for k, v in ratios.items() if v >= 1.0]
-    return _line("wall time", "s/run <= chemprop's (chemprop s/run / setattn >= 1)",
-                 list(ratios), met, _spread(list(ratios.values()), "{:.2f}x"))
+    return _ratio_line("wall time", "s/run <= chemprop's (chemprop s/run / setattn >= 1)",
+                       ratios, 1.0)
 
 
 def _coverage(rows: dict[Row, Runs]) -> list[str]:
@@ -176,15 +179,11 @@ def in_turn_ratios(rounds: list[dict]) -> dict[Row, tuple[float, float]]:
 def _in_turn(rows: dict[Row, Runs], rounds: list[dict]) -> list[list[str]]:
     """The throughput and wall-time lines on the rounds of the report's complete rows."""
     ratios = {k: v for k, v in in_turn_ratios(rounds).items() if k in rows}
-    speed = {k: v[0] for k, v in ratios.items()}
-    wall = {k: v[1] for k, v in ratios.items()}
-    lines = [_line("throughput, in turn", f">= {THROUGHPUT_RATIO:.0f}x chemprop at width 96, "
-                   "median of rounds", list(speed),
-                   [k for k, v in speed.items() if v >= THROUGHPUT_RATIO],
-                   _spread(list(speed.values()), "{:.2f}x")),
-             _line("wall time, in turn", "chemprop s/run / setattn's >= 1, median of rounds",
-                   list(wall), [k for k, v in wall.items() if v >= 1.0],
-                   _spread(list(wall.values()), "{:.2f}x"))]
+    lines = [_ratio_line("throughput, in turn", f">= {THROUGHPUT_RATIO:.0f}x chemprop at "
+                         "width 96, median of rounds", {k: v[0] for k, v in ratios.items()},
+                         THROUGHPUT_RATIO),
+             _ratio_line("wall time, in turn", "chemprop s/run / setattn's >= 1, median of "
+                         "rounds", {k: v[1] for k, v in ratios.items()}, 1.0)]
     for cells in lines:
         if len(ratios) < len(rows) and cells[-1] == "met":
             cells[-1] = "met so far"  # complete rows not measured in turn may still miss it

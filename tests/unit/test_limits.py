@@ -56,7 +56,7 @@ def test_model_bounds_are_checked_by_validate():
 
 
 def test_the_kernel_ridge_fit_is_refused_where_it_would_not_fit(monkeypatch):
-    assert limits.kernel_memory(3000) == limits.KERNEL_MATRICES * 8 * 3000 * 3000
+    assert limits.kernel_memory(3000) >= 480e6  # the peak measured at M = 3,000
     limits.check_kernel_memory(3000, available=limits.kernel_memory(3000))  # just fits
     with pytest.raises(ValueError, match=r"--kernel-ridge: its fit on 20,000 training "
                                          r"molecules needs about 22\.4 GB .* 8\.0 GB"):
