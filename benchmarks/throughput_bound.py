@@ -21,11 +21,11 @@ shared machine's drifting load hits every case alike (``util.interleaved_seconds
 Then the command lines, as ``benchmarks/molecules.py`` times them (molecules x epochs /
 seconds of training with its validation passes), in turn ``--rounds`` times for
 ``--epochs`` epochs each on one split of the same CSV, one thread each: ``setattn train
---ensemble-size 1 --kernel-ridge off`` (the network alone, as on sets of over 3,000
-training molecules by default), the same with ``--conv gat``, and chemprop 2.3.1 at width
-96 (``--message-hidden-dim 96 --ffn-hidden-dim 96``). The last column of the first table
-carries each in-process case over to the command line: its throughput relative to
-``gatv2``, times ``setattn train``'s ratio to chemprop.
+--ensemble-size 1 --kernel-ridge off`` (the network alone, as on classification sets),
+the same with ``--conv gat``, and chemprop 2.3.1 at width 96 (``--message-hidden-dim 96
+--ffn-hidden-dim 96``). The last column of the first table carries each in-process case
+over to the command line: its throughput relative to ``gatv2``, times ``setattn train``'s
+ratio to chemprop.
 
     python benchmarks/throughput_bound.py
     python benchmarks/throughput_bound.py --dataset esol --molecules 1000 --epochs 4

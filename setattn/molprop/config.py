@@ -17,25 +17,15 @@ from pathlib import Path
 from setattn.datasets.files import check_encoding
 from setattn.molprop import splits
 from setattn.molprop.device import DEVICE_HELP, PRECISIONS, resolve_device
-from setattn.molprop.limits import MAX_HEAVY_ATOMS, RUN_BOUNDS, check_bounds
+from setattn.molprop.limits import KERNEL_MAX_TRAIN, MAX_HEAVY_ATOMS, RUN_BOUNDS, check_bounds
 from setattn.molprop.model import MoleculeModelConfig
 from setattn.molprop.options import config_from_dict, flag_fields, key_error, option
 
-__all__ = ["FORMAT", "KERNEL_LIMIT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig",
+__all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig",
            "legacy_batch_size"]
 
 FORMAT = 1
 """Checkpoint and run format version, stored under the key ``"setattn_format"``."""
-
-KERNEL_MAX_TRAIN = 3000
-"""Most training molecules for which ``--kernel-ridge auto`` fits the kernel ridge: its
-closed-form fit grows as M^3."""
-
-KERNEL_LIMIT = 20000
-"""Most training molecules ``--kernel-ridge on`` accepts. The fit peaks at about seven
-(M, M) float64 matrices (``limits.kernel_memory``: about 22 GB at this size), and a run
-whose fit would not fit in the available memory is refused before training."""
-
 
 @dataclass
 class TrainConfig:
@@ -107,8 +97,9 @@ class RunConfig:
         ensemble_size: K models trained on the same split.
         strict: refuse the data if a SMILES is invalid or empty (else skip it).
         kernel_ridge: "auto" blends a descriptor kernel ridge into regression models
-            trained on at most ``KERNEL_MAX_TRAIN`` molecules with descriptors; "on" at
-            any size up to ``KERNEL_LIMIT`` (regression with descriptors only); "off".
+            with descriptors, skipping it (with a printed note) above ``KERNEL_MAX_TRAIN``
+            training molecules or where its fit would not fit in memory; "on" refuses
+            those runs before training (regression with descriptors only); "off".
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -136,9 +127,9 @@ class RunConfig:
                           action="store_true")
     kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "
                                "with the attention network's predictions (auto: for "
-                               "regression with descriptors on at most "
-                               f"{KERNEL_MAX_TRAIN} training molecules; on: at any "
-                               f"size up to {KERNEL_LIMIT})",
+                               "regression with descriptors, up to "
+                               f"{KERNEL_MAX_TRAIN} training molecules and the memory "
+                               "its fit needs; on: refuse the run where it cannot)",
                                choices=["auto", "on", "off"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int)

@@ -8,6 +8,8 @@ sizes, and the memory a training run needs against the memory the machine has.
 - ``MODEL_BOUNDS``: the largest model sizes accepted from flags, ``config.json`` files
   and checkpoints, checked before anything is allocated (a checkpoint claiming a width
   of 12,000 is refused by its config, not after gigabytes of allocation).
+- ``kernel_size``: whether a run's kernel ridge is fitted, within ``KERNEL_MAX_TRAIN``
+  training molecules and the memory its fit needs.
 - ``training_memory`` / ``check_memory``: a simple estimate of the memory a training run
   needs (parameters, gradients and AdamW state of the model in training, the weights of
   the ensemble members kept, and a batch's activations) compared with the memory the
@@ -157,6 +159,10 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
 
 
+KERNEL_MAX_TRAIN = 20000
+"""Most training molecules the kernel ridge is fitted on (``--kernel-ridge``: auto skips
+it above, on refuses). Its closed-form fit grows as M^3 in time and M^2 in memory."""
+
 KERNEL_MATRICES = 7
 """(M, M) float64 matrices at the peak of the kernel ridge's fit: distances, one gamma's
 kernel and its labelled copy, the eigendecomposition's input, output and workspace, the
@@ -168,24 +174,42 @@ def kernel_memory(m: int) -> int:
     return KERNEL_MATRICES * 8 * m * m
 
 
-def check_kernel_memory(m: int, available: int | None = None) -> None:
-    """Refuse a kernel ridge whose fit on M training molecules would not fit in memory.
-
-    Args:
-        m: training molecules M.
-        available: bytes available (default: ``available_memory()``; None: unknown,
-            nothing is refused).
-
-    Raises:
-        ValueError: naming ``--kernel-ridge``, with the estimate and what is available.
-    """
+def _kernel_obstacle(m: int, available: int | None) -> str | None:
+    """Why the kernel ridge cannot be fitted on M training molecules, or None."""
+    if m > KERNEL_MAX_TRAIN:
+        return (f"it is fitted on at most {KERNEL_MAX_TRAIN:,} training molecules, got "
+                f"{m:,}")
     available = available_memory() if available is None else available
     need = kernel_memory(m)
-    if available is None or need <= available:
-        return
-    raise ValueError(f"argument --kernel-ridge: its fit on {m:,} training molecules needs "
-                     f"about {_gb(need)} of memory but {_gb(available)} is available; use "
-                     f"--kernel-ridge off")
+    if available is not None and need > available:
+        return (f"its fit on {m:,} training molecules needs about {_gb(need)} of memory "
+                f"but {_gb(available)} is available")
+    return None
+
+
+def kernel_size(choice: str, m: int, usable: bool, available: int | None = None
+                ) -> tuple[int, str | None]:
+    """M of a run's kernel ridge (0: none), and a note where auto skips it.
+
+    Args:
+        choice: ``--kernel-ridge``: "auto", "on" or "off".
+        m: training molecules.
+        usable: whether the run can have one (regression with descriptors; the run's
+            config refuses "on" without).
+        available: bytes available (default: ``available_memory()``; None: unknown).
+
+    Raises:
+        ValueError: naming ``--kernel-ridge`` when "on" meets more than
+            ``KERNEL_MAX_TRAIN`` training molecules or a fit that would not fit in memory.
+    """
+    if choice == "off" or not usable:
+        return 0, None
+    obstacle = _kernel_obstacle(m, available)
+    if obstacle is None:
+        return m, None
+    if choice == "on":
+        raise ValueError(f"argument --kernel-ridge: on, but {obstacle}; use auto or off")
+    return 0, f"note: no kernel ridge (--kernel-ridge auto): {obstacle}"
 
 
 def check_memory(estimate: MemoryEstimate, batch_size: int, ensemble_size: int,

@@ -41,7 +41,7 @@ from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, 
 from setattn.files import atomic_open, write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import batches, stacked_targets
-from setattn.molprop.config import KERNEL_LIMIT, KERNEL_MAX_TRAIN, RunConfig, TrainConfig
+from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
@@ -102,23 +102,23 @@ def _write_log(rows: Sequence[dict], path: Path) -> None:
         handle.write(buffer.getvalue())
 
 
-def _kernel_size(run: RunConfig, n_train: int) -> int:
-    """M of the run's kernel ridge: the training molecules, or 0 for none.
+def _kernel_size(run: RunConfig, n_train: int, log: Log) -> int:
+    """M of the run's kernel ridge (0: none), decided by the main process for all ranks.
 
     Raises:
-        ValueError: naming ``--kernel-ridge`` when "on" meets more than ``KERNEL_LIMIT``
-            training molecules, or the fit would not fit in the available memory.
+        ValueError: naming ``--kernel-ridge`` where "on" cannot fit it.
     """
-    if run.kernel_ridge == "on" and n_train > KERNEL_LIMIT:
-        raise ValueError(f"argument --kernel-ridge: on accepts at most {KERNEL_LIMIT} "
-                         f"training molecules (its fit holds (M, M) float64 matrices), "
-                         f"got {n_train}; use auto or off")
-    wanted = run.kernel_ridge == "on" or (run.kernel_ridge == "auto"
-                                          and n_train <= KERNEL_MAX_TRAIN)
-    on = wanted and run.task == "regression" and run.model.descriptor_dim > 0
-    if on:
-        limits.check_kernel_memory(n_train)  # before any model is trained
-    return n_train if on else 0
+    usable = run.task == "regression" and run.model.descriptor_dim > 0
+    try:
+        decision = limits.kernel_size(run.kernel_ridge, n_train, usable), None
+    except ValueError as error:
+        decision = (0, None), str(error)
+    (size, note), error = distributed.broadcast(decision)
+    if error:
+        raise ValueError(error)
+    if note:
+        log(note)
+    return size
 
 
 def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
@@ -291,11 +291,11 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     limits.check_memory(estimate, batch, run.ensemble_size)
 
 
-def _model_config(run: RunConfig, n_train: int) -> MoleculeModelConfig:
+def _model_config(run: RunConfig, kernel_size: int) -> MoleculeModelConfig:
     """The run's model settings with its task, target count and kernel ridge size."""
     return MoleculeModelConfig.from_dict(
         {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task,
-         "kernel_size": _kernel_size(run, n_train)})
+         "kernel_size": kernel_size})
 
 
 def _epoch_callback(log_path: Path | None, done: list[dict],
@@ -470,9 +470,11 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
     main = distributed.world().is_main
     log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
-    model_config = _model_config(run, len(parts.train))
+    size = _kernel_size(run, len(parts.train), log)  # before any model is trained
+    model_config = _model_config(run, size)
     kernel = kernel_info = None
-    if model_config.kernel_size:
+    if size:
+        log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")
         kernel, kernel_info = fit_kernel(parts.train, model_config, run.target_columns)
         log(f"kernel ridge on {model_config.descriptor_dim} descriptors: gamma "
             f"{kernel_info['gamma']}, ridge {kernel_info['ridge']}, leave-one-out RMSE "

@@ -188,21 +188,28 @@ def test_a_checkpoint_saved_before_the_blend_weight_still_loads(tmp_path, capsys
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
 
 
-def test_kernel_ridge_on_fits_past_the_auto_size_and_refuses_what_it_cannot(
-        tmp_path, capsys, monkeypatch):
-    from setattn.molprop import run as run_module
+def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, capsys,
+                                                                  monkeypatch):
+    from setattn.molprop import limits
 
     data = freesolv_slice(tmp_path / "fs.csv", 30)
-    monkeypatch.setattr(run_module, "KERNEL_MAX_TRAIN", 5)  # auto: too many molecules
+    monkeypatch.setattr(limits, "KERNEL_MAX_TRAIN", 5)  # fewer than the training part
     status, stdout, _ = train_tiny(data, tmp_path / "auto", capsys)
-    assert status == 0 and "kernel ridge" not in stdout
-    status, stdout, _ = train_tiny(data, tmp_path / "on", capsys, "--kernel-ridge", "on")
-    assert status == 0 and "kernel ridge" in stdout
-    (model,), _ = load_run(tmp_path / "on")
-    assert model.kernel is not None and model.config.kernel_size > 5
-    monkeypatch.setattr(run_module, "KERNEL_LIMIT", 5)  # on: past what it accepts
+    assert status == 0 and "note: no kernel ridge (--kernel-ridge auto): it is fitted " \
+        "on at most 5 training molecules, got" in stdout
+    assert "kernel ridge on" not in stdout
+    (model,), _ = load_run(tmp_path / "auto")
+    assert model.kernel is None and float(model.blend) == 1.0
     status, _, err = train_tiny(data, tmp_path / "big", capsys, "--kernel-ridge", "on")
-    assert status == 2 and "--kernel-ridge: on accepts at most 5 training molecules" in err
+    assert status == 2 and "--kernel-ridge: on, but it is fitted on at most 5" in err
+    assert not (tmp_path / "big" / "model_0").exists()  # refused before training
+    monkeypatch.setattr(limits, "KERNEL_MAX_TRAIN", 20000)
+    monkeypatch.setattr(limits, "kernel_memory", lambda m: 10**15)  # more than any machine
+    status, stdout, _ = train_tiny(data, tmp_path / "low", capsys)
+    assert status == 0 and "note: no kernel ridge (--kernel-ridge auto): its fit on " \
+        "24 training molecules needs about 1,000,000.0 GB of memory but" in stdout
+    status, _, err = train_tiny(data, tmp_path / "low_on", capsys, "--kernel-ridge", "on")
+    assert status == 2 and "--kernel-ridge: on, but its fit on 24 training" in err
     for flags, words in ((("--descriptors", "none"), "on needs descriptors"),
                          (("--task", "classification"), "on needs --task regression")):
         status, _, err = train_tiny(data, tmp_path / "bad", capsys, "--kernel-ridge", "on",

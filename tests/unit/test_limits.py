@@ -55,11 +55,23 @@ def test_model_bounds_are_checked_by_validate():
     MoleculeModelConfig(hidden=8192, heads=8).validate()  # the bound itself is fine
 
 
-def test_the_kernel_ridge_fit_is_refused_where_it_would_not_fit(monkeypatch):
+def test_auto_skips_the_kernel_ridge_where_it_cannot_fit_and_on_refuses(monkeypatch):
     assert limits.kernel_memory(3000) >= 480e6  # the peak measured at M = 3,000
-    limits.check_kernel_memory(3000, available=limits.kernel_memory(3000))  # just fits
-    with pytest.raises(ValueError, match=r"--kernel-ridge: its fit on 20,000 training "
-                                         r"molecules needs about 22\.4 GB .* 8\.0 GB"):
-        limits.check_kernel_memory(20000, available=8 * 10**9)
+    fits = limits.kernel_memory(3000)
+    assert limits.kernel_size("auto", 3000, True, available=fits) == (3000, None)
+    assert limits.kernel_size("on", 3000, True, available=fits) == (3000, None)
+    assert limits.kernel_size("off", 3000, True, available=fits) == (0, None)
+    assert limits.kernel_size("auto", 3000, False, available=fits) == (0, None)
+    size, note = limits.kernel_size("auto", 20000, True, available=8 * 10**9)
+    assert size == 0 and note == ("note: no kernel ridge (--kernel-ridge auto): its fit on "
+                                  "20,000 training molecules needs about 22.4 GB of memory "
+                                  "but 8.0 GB is available")
+    with pytest.raises(ValueError, match=r"--kernel-ridge: on, but its fit on 20,000 "
+                                         r"training molecules needs about 22\.4 GB"):
+        limits.kernel_size("on", 20000, True, available=8 * 10**9)
+    size, note = limits.kernel_size("auto", 20001, True, available=10**12)
+    assert size == 0 and "at most 20,000 training molecules, got 20,001" in note
+    with pytest.raises(ValueError, match="at most 20,000 training molecules, got 20,001"):
+        limits.kernel_size("on", 20001, True, available=10**12)
     monkeypatch.setattr(limits, "available_memory", lambda: None)
-    limits.check_kernel_memory(20000)  # memory unknown: nothing is refused
+    assert limits.kernel_size("auto", 20000, True) == (20000, None)  # memory unknown
