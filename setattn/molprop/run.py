@@ -37,11 +37,12 @@ from torch_geometric.data import Data
 
 from setattn.datasets.files import quotable, read_column
 from setattn.datasets.molecules import MoleculeNote
-from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, short_smiles
+from setattn.domains.molecules import InvalidSmilesError
 from setattn.files import atomic_open, write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import batches, stacked_targets
 from setattn.molprop.config import RunConfig, TrainConfig
+from setattn.molprop.failures import report_failures, skipped_rows
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
@@ -57,7 +58,7 @@ from setattn.molprop.predict import (
 )
 from setattn.viz import plot_training_curve
 
-__all__ = ["fit_kernel", "report_failures", "run_training"]
+__all__ = ["fit_kernel", "run_training"]
 
 Log = Callable[[str], None]
 
@@ -149,55 +150,6 @@ def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], ta
     kernel_out = kernel_outputs(models[0], batched)  # (M, T)
     return {"attention": evaluate(y, models[0].to_units(net), task, names, part),
             "kernel_ridge": evaluate(y, models[0].to_units(kernel_out), task, names, part)}
-
-
-def _skipped(failures: Sequence[InvalidSmilesError]) -> list[dict]:
-    return [{"row": f.row, "smiles": f.smiles, "reason": f.reason} for f in failures]
-
-
-def _listing(rows: Sequence[tuple[int, str, str]], quote: bool) -> str:
-    """One line per (row, SMILES, reason), at most 50 of them."""
-    lines = [f"  row {row}: {short_smiles(smiles) if quote else '(not shown)'}: {why}"
-             for row, smiles, why in rows]
-    shown = lines if len(lines) <= 50 else [*lines[:50], f"  ... and {len(lines) - 50} more"]
-    return "\n".join(shown)
-
-
-def _kinds(failures: Sequence[InvalidSmilesError]) -> str:
-    """"3 invalid or empty SMILES and 1 molecule(s) above the size or time limit"."""
-    skipped = sum(isinstance(f, MoleculeSkippedError) for f in failures)
-    kinds = [f"{len(failures) - skipped} invalid or empty SMILES" if skipped < len(failures)
-             else "", f"{skipped} molecule(s) above the size or time limit" if skipped else ""]
-    return " and ".join(k for k in kinds if k)
-
-
-def report_failures(failures: Sequence[InvalidSmilesError], source: str, strict: bool,
-                    log: Log = print, notes: Sequence[MoleculeNote] = (),
-                    quote: bool = True) -> None:
-    """List the rows left out (invalid or empty SMILES, molecules above the size or time
-    limit) and the rows of several fragments (the largest kept); with ``strict`` raise.
-
-    Args:
-        quote: show the SMILES (False for a file that is not named like a CSV).
-
-    Raises:
-        ValueError: with ``strict`` and at least one failure or note, listing them.
-    """
-    if strict and (failures or notes):
-        found = [_kinds(failures)] if failures else []
-        found += [f"{len(notes)} SMILES of several fragments"] if notes else []
-        raise ValueError(f"{source}: {' and '.join(found)} (--strict):\n" + _listing(
-            [(f.row, f.smiles, f.reason) for f in failures] + list(notes), quote))
-    if failures:
-        plain = not any(isinstance(f, MoleculeSkippedError) for f in failures)
-        kinds = "invalid or empty SMILES" if plain else _kinds(failures)
-        log(f"{source}: skipping {len(failures)} row(s) with {kinds} (rows counted from 0, "
-            f"header excluded):\n"
-            + _listing([(f.row, f.smiles, f.reason) for f in failures], quote))
-    if notes:
-        log(f"{source}: {len(notes)} row(s) of several fragments (a salt or a mixture): the "
-            f"largest fragment of each is the molecule (--strict refuses them):\n"
-            + _listing(notes, quote))
 
 
 @dataclass
@@ -363,7 +315,7 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
         "split": {"type": run.split, "seed": run.seed, "sizes": list(run.split_sizes),
                   "train": len(parts.train), "val": len(parts.val), "test": len(parts.test)},
         "molecules": len(parts.data),
-        "skipped_rows": _skipped(parts.failures),
+        "skipped_rows": skipped_rows(parts.failures),
         "notes": [n._asdict() for n in parts.notes],
     }
     if task == "regression":
