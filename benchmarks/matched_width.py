@@ -15,6 +15,11 @@ each ratio is taken per round and its median printed:
 * throughput: setattn's training molecules/s / chemprop width 96's (issue: >= 2x);
 * wall time: chemprop's default run's seconds / setattn's (issue: >= 1).
 
+The issue allows either side to move: ``--width 300`` runs setattn at width 300
+(``--hidden 300``, its other defaults) against chemprop's defaults, whose width is 300,
+and prints only the throughput ratio (setattn's wall time at its defaults is the other
+mode's).
+
 Every run is a record of ``molecule_jobs`` in ``<--out>/round<r>/results.json``: an
 interrupted call resumes, and the per-run files stay for inspection. ``--save FILE``
 also writes all of them, each with its ``round``, to one file; ``molecules.py --in-turn
@@ -23,6 +28,7 @@ FILE`` judges the report's cost lines on it.
     python benchmarks/matched_width.py                      # FreeSolv, ESOL, Huuskonen
     python benchmarks/matched_width.py --datasets bace1 --splits random --rounds 2
     python benchmarks/matched_width.py --save benchmarks/results/matched_width.json
+    python benchmarks/matched_width.py --width 300 --datasets freesolv esol --rounds 2
 
 Timings depend on the machine and its load (printed); they are not pass/fail.
 """
@@ -42,17 +48,28 @@ from molecule_sets import SETS, SPLIT_KINDS  # noqa: E402
 from util import load_average, print_table  # noqa: E402
 
 TOOLS = ("setattn", "chemprop_w96", "chemprop")
+WIDE_TOOLS = ("setattn", "chemprop")  # --width 300: setattn --hidden 300, chemprop's defaults
+WIDE_FLAGS = ("--hidden", "300")
 
 
-def _order(round_index: int) -> tuple[str, ...]:
-    """The tools rotated by the round: each goes first in every third round."""
-    shift = round_index % len(TOOLS)
-    return TOOLS[shift:] + TOOLS[:shift]
+def _order(round_index: int, tools: tuple[str, ...] = TOOLS) -> tuple[str, ...]:
+    """The tools rotated by the round: each goes first in every len(tools)-th round."""
+    shift = round_index % len(tools)
+    return tools[shift:] + tools[:shift]
+
+
+def _mine(record: dict, setattn_flags: tuple[str, ...], tools: tuple[str, ...]) -> bool:
+    """Whether a saved record is one of this comparison's runs."""
+    if record["tool"] == "setattn":
+        return record["flags"] == " ".join(setattn_flags)
+    return record["tool"] in tools
 
 
 def run_rounds(name: str, kind: str, seed: int, rounds: int, out: Path,
-               threads: int) -> list[dict[str, dict]]:
-    """The three tools on split (kind, seed) of set ``name``, ``rounds`` times in turn.
+               threads: int, wide: bool = False) -> list[dict[str, dict]]:
+    """The tools on split (kind, seed) of set ``name``, ``rounds`` times in turn: setattn's
+    defaults and chemprop at width 96 and at its defaults; with ``wide``, setattn at width
+    300 (``--hidden 300``) and chemprop's defaults (width 300).
 
     Returns:
         Per round, each tool's record (``molecule_jobs``'s, its ``result`` holding
@@ -62,13 +79,14 @@ def run_rounds(name: str, kind: str, seed: int, rounds: int, out: Path,
     table = molecule_sets.load_set(name)
     column = molecule_sets.column_name(kind, seed)
     columns = {column: molecule_sets.split_labels(kind, table.smiles, seed)}
+    tools, flags = (WIDE_TOOLS, WIDE_FLAGS) if wide else (TOOLS, ())
     found = []
     for r in range(rounds):
-        settings = RunSettings(out / f"round{r}", "test", threads)
+        settings = RunSettings(out / f"round{r}", "test", threads, setattn_flags=flags)
         molecule_sets.write_csv(settings.out / name / "data.csv", table, spec.targets, columns)
         job = split_data(name, table, kind, seed, settings, columns)
         done = {record_key(rec) for rec in load_results(settings.out)}
-        for tool in _order(r):
+        for tool in _order(r, tools):
             record = run_job(job, tool, settings, done)
             if record is not None:
                 print(f"round {r} {name} {kind} seed {seed} {tool}: "
@@ -76,7 +94,7 @@ def run_rounds(name: str, kind: str, seed: int, rounds: int, out: Path,
                       f"(load average {load_average()})", file=sys.stderr, flush=True)
         mine = [rec for rec in load_results(settings.out)
                 if (rec["dataset"], rec["split"], rec["seed"]) == (name, kind, seed)]
-        found.append({rec["tool"]: rec for rec in mine if rec["tool"] in TOOLS})
+        found.append({rec["tool"]: rec for rec in mine if _mine(rec, flags, tools)})
     return found
 
 
@@ -109,6 +127,17 @@ def summary_row(name: str, kind: str, seed: int, rounds: list[dict[str, dict]]) 
             *_ratio_cells([b / a for a, b in zip(ours_s, default_s)])]
 
 
+def wide_row(name: str, kind: str, seed: int, rounds: list[dict[str, dict]]) -> list:
+    """One table row of ``--width 300``: parameters and medians of both tools' molecules/s,
+    and the median of the per-round throughput ratios."""
+    ours, theirs = _values(rounds, "setattn", "mol_per_s"), _values(rounds, "chemprop",
+                                                                     "mol_per_s")
+    return [name, kind, seed, len(rounds), f"{rounds[0]['setattn']['result']['parameters']:,}",
+            f"{rounds[0]['chemprop']['result']['parameters']:,}",
+            f"{statistics.median(ours):.0f}", f"{statistics.median(theirs):.0f}",
+            *_ratio_cells([a / b for a, b in zip(ours, theirs)])]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["freesolv", "esol", "huuskonen"],
@@ -119,14 +148,34 @@ def main(argv: list[str] | None = None) -> None:
                         "width 96)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tool per split")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
-    parser.add_argument("--out", type=Path, default=Path("runs/matched_width"))
+    parser.add_argument("--width", type=int, default=96, choices=[96, 300],
+                        help="96: setattn's defaults against chemprop at width 96 (and "
+                        "chemprop's defaults for wall time); 300: setattn --hidden 300 "
+                        "against chemprop's defaults (width 300)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default runs/matched_width (runs/matched_width300 with "
+                        "--width 300)")
     parser.add_argument("--save", type=Path, default=None, metavar="FILE",
                         help="also write every round's records, each with its round, to "
                         "FILE (for molecules.py --in-turn)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"argument --rounds: must be >= 1, got {args.rounds}")
+    if args.width == 300 and args.save is not None:
+        parser.error("argument --save: only with --width 96 (the report's --in-turn lines)")
+    wide = args.width == 300
+    args.out = args.out or Path("runs/matched_width300" if wide else "runs/matched_width")
     print(f"load average {load_average()}", file=sys.stderr)
+    if wide:
+        rows = [wide_row(name, kind, args.seed, run_rounds(
+            name, kind, args.seed, args.rounds, args.out, args.threads, wide=True))
+            for name in args.datasets for kind in args.splits]
+        print(f"\nsetattn --hidden 300 and chemprop 2.3.1's defaults (width 300), in turn, "
+              f"{args.threads} thread(s); load average at the end {load_average()}")
+        print_table(["set", "split", "seed", "rounds", "setattn parameters",
+                     "chemprop parameters", "setattn train mol/s", "chemprop train mol/s",
+                     "throughput ratio", "its range"], rows, markdown=True)
+        return
     rows = [summary_row(name, kind, args.seed,
                         run_rounds(name, kind, args.seed, args.rounds, args.out, args.threads))
             for name in args.datasets for kind in args.splits]

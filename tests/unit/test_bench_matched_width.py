@@ -50,3 +50,27 @@ def test_saved_rounds_carry_their_round(matched, tmp_path):
     saved = matched.saved_rounds(tmp_path, 3)  # round 2 has no folder: nothing from it
     assert [(s["round"], s["tool"]) for s in saved] == [
         (0, "setattn"), (0, "chemprop"), (1, "chemprop_w96")]  # "other" is no tool here
+
+
+def test_width_300_compares_setattn_at_300_with_chemprop_defaults(matched):
+    assert [matched._order(r, matched.WIDE_TOOLS)[0] for r in range(3)] == [
+        "setattn", "chemprop", "setattn"]
+    wide = " ".join(matched.WIDE_FLAGS)
+    assert matched._mine({"tool": "setattn", "flags": wide}, matched.WIDE_FLAGS,
+                         matched.WIDE_TOOLS)
+    assert not matched._mine({"tool": "setattn", "flags": ""}, matched.WIDE_FLAGS,
+                             matched.WIDE_TOOLS)  # the defaults' run in the same folder
+    assert not matched._mine({"tool": "chemprop_w96", "flags": "x"}, matched.WIDE_FLAGS,
+                             matched.WIDE_TOOLS)
+    assert not matched._mine({"tool": "setattn", "flags": wide}, (), matched.TOOLS)
+    rounds = [{"setattn": {"result": {"mol_per_s": m, "parameters": 900_000}},
+               "chemprop": {"result": {"mol_per_s": c, "parameters": 318_301}}}
+              for m, c in ((2000.0, 1000.0), (900.0, 600.0), (1500.0, 1000.0))]
+    row = matched.wide_row("esol", "scaffold", 10, rounds)  # ratios 2.0, 1.5, 1.5
+    assert row == ["esol", "scaffold", 10, 3, "900,000", "318,301", "1500", "1000", "1.50x",
+                   "1.50x to 2.00x"]
+
+
+def test_width_300_refuses_save(matched, tmp_path):
+    with pytest.raises(SystemExit):
+        matched.main(["--width", "300", "--save", str(tmp_path / "x.json")])
