@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+from tqdm import tqdm
 
 GAMMAS = (0.1, 0.25, 0.5, 1.0)  # gamma / F scales a squared distance summed over F descriptors
 RIDGES = (0.003, 0.01, 0.03, 0.1)
@@ -81,13 +82,16 @@ class KernelRidge(nn.Module):
         return ((d - self.mean) / self.std).clamp(-CLIP, CLIP)  # (G, F)
 
     @torch.no_grad()
-    def fit(self, descriptors: Tensor, y: Tensor, names: Sequence[str] | None = None) -> dict:
+    def fit(self, descriptors: Tensor, y: Tensor, names: Sequence[str] | None = None,
+            progress: bool = False) -> dict:
         """Fit to the M training molecules; choose gamma and the ridge by leave-one-out.
 
         Args:
             descriptors: (M, F) raw descriptors.
             y: (M, T) targets (in the units ``forward`` should predict), NaN if missing.
             names: the T target column names, for errors (task numbers without them).
+            progress: show a progress bar over the gammas on a terminal (one
+                eigendecomposition of an (M, M) matrix per gamma and task).
 
         Returns:
             ``{"gamma", "ridge", "loo_rmse"}`` of the choice (loo_rmse averaged over tasks
@@ -119,7 +123,9 @@ class KernelRidge(nn.Module):
                                  f"another split)")
         offsets = [float(y[mask, t].double().mean()) for t, mask in enumerate(labelled)]
         best = None  # (mean loo mse, gamma, ridge, alphas per task)
-        for gamma in GAMMAS:
+        bar = tqdm(GAMMAS, desc=f"kernel ridge on {m:,} molecules", unit="gamma",
+                   leave=False, disable=None if progress else True)
+        for gamma in bar:
             kernel = torch.exp(-gamma / f * distances)  # (M, M)
             per_task = [_loo_fits(kernel[mask][:, mask], y[mask, t].double() - offsets[t])
                         for t, mask in enumerate(labelled)]  # T x [(mse, ridge, alpha)]

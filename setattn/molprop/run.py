@@ -136,7 +136,8 @@ def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
     y = stacked_targets(train)  # (M, T)
     mean, std = target_scaling(y)
     kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
-    info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std, names)
+    info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std, names,
+                      progress=distributed.world().is_main)
     return kernel, {**info, "seconds": time.perf_counter() - start}
 
 
