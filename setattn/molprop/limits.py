@@ -174,11 +174,12 @@ def kernel_memory(m: int) -> int:
     return KERNEL_MATRICES * 8 * m * m
 
 
-def _kernel_obstacle(m: int, available: int | None) -> str | None:
-    """Why the kernel ridge cannot be fitted on M training molecules, or None."""
-    if m > KERNEL_MAX_TRAIN:
-        return (f"it is fitted on at most {KERNEL_MAX_TRAIN:,} training molecules, got "
-                f"{m:,}")
+def kernel_memory_obstacle(m: int, available: int | None = None) -> str | None:
+    """Why the kernel ridge's fit on M training molecules would not fit in memory, or None.
+
+    Args:
+        available: bytes available (default: ``available_memory()``; None: unknown).
+    """
     available = available_memory() if available is None else available
     need = kernel_memory(m)
     if available is not None and need > available:
@@ -204,7 +205,8 @@ def kernel_size(choice: str, m: int, usable: bool, available: int | None = None
     """
     if choice == "off" or not usable:
         return 0, None
-    obstacle = _kernel_obstacle(m, available)
+    obstacle = (f"it is fitted on at most {KERNEL_MAX_TRAIN:,} training molecules, got "
+                f"{m:,}" if m > KERNEL_MAX_TRAIN else kernel_memory_obstacle(m, available))
     if obstacle is None:
         return m, None
     if choice == "on":

@@ -41,6 +41,7 @@ from setattn.domains.molecules import InvalidSmilesError
 from setattn.files import atomic_open, write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import batches, stacked_targets
+from setattn.molprop.checkpoint import load_checkpoint
 from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.failures import report_failures, skipped_rows
 from setattn.molprop.featurize import featurize_csv
@@ -103,17 +104,43 @@ def _write_log(rows: Sequence[dict], path: Path) -> None:
         handle.write(buffer.getvalue())
 
 
-def _kernel_size(run: RunConfig, n_train: int, log: Log) -> int:
-    """M of the run's kernel ridge (0: none), decided by the main process for all ranks.
+def _started_kernel(out: Path) -> int | None:
+    """The kernel ridge size M of a run's first member's checkpoint (None: none yet)."""
+    for name, kind in (("last.pt", "training"), ("best.pt", "model")):
+        path = out / "model_0" / name
+        if path.is_file():
+            return int(load_checkpoint(path, kind)["config"].get("kernel_size", 0))
+    return None
 
-    Raises:
-        ValueError: naming ``--kernel-ridge`` where "on" cannot fit it.
-    """
+
+def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple:
+    """((M, note), error): the kernel ridge of a run, or of a resumed run as it started."""
+    if started == 0:
+        return (0, None), None
+    if started:
+        obstacle = limits.kernel_memory_obstacle(n_train)
+        return ((0, None), f"--resume: the run started with a kernel ridge, but {obstacle}; "
+                f"resume it where its fit fits, or start a new run") if obstacle else (
+            (started, None), None)
     usable = run.task == "regression" and run.model.descriptor_dim > 0
     try:
-        decision = limits.kernel_size(run.kernel_ridge, n_train, usable), None
+        return limits.kernel_size(run.kernel_ridge, n_train, usable), None
     except ValueError as error:
-        decision = (0, None), str(error)
+        return (0, None), str(error)
+
+
+def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool) -> int:
+    """M of the run's kernel ridge (0: none), decided by the main process for all ranks;
+    a resumed run keeps the choice it started with.
+
+    Raises:
+        ValueError: naming ``--kernel-ridge`` where "on" cannot fit it, or ``--resume``
+            where the run started with one that cannot be fitted here.
+    """
+    decision = None
+    if distributed.world().is_main:
+        started = _started_kernel(out) if resume else None
+        decision = _kernel_decision(run, n_train, started)
     (size, note), error = distributed.broadcast(decision)
     if error:
         raise ValueError(error)
@@ -423,7 +450,7 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
     main = distributed.world().is_main
     log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
-    size = _kernel_size(run, len(parts.train), log)  # before any model is trained
+    size = _kernel_size(run, len(parts.train), log, out, resume)  # before any training
     model_config = _model_config(run, size)
     kernel = kernel_info = None
     if size:

@@ -215,3 +215,26 @@ def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, caps
         status, _, err = train_tiny(data, tmp_path / "bad", capsys, "--kernel-ridge", "on",
                                     *flags)
         assert status == 2 and words in err
+
+
+def test_a_resumed_run_keeps_the_kernel_ridge_it_started_with(tmp_path, capsys, monkeypatch):
+    from setattn.molprop import limits
+
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    with_kernel, without = tmp_path / "with", tmp_path / "without"
+    assert train_tiny(data, with_kernel, capsys)[0] == 0
+    first = json.loads((with_kernel / "metrics.json").read_text())["test"]["rmse"]
+    monkeypatch.setattr(limits, "KERNEL_MAX_TRAIN", 5)  # auto would skip it now
+    assert train_tiny(data, without, capsys)[0] == 0
+    status, stdout, _ = train_tiny(data, with_kernel, capsys, "--resume")
+    assert status == 0 and "kernel ridge on 206 descriptors" in stdout
+    assert json.loads((with_kernel / "metrics.json").read_text())["test"]["rmse"] == first
+    monkeypatch.setattr(limits, "KERNEL_MAX_TRAIN", 20000)  # auto would fit it now
+    status, stdout, _ = train_tiny(data, without, capsys, "--resume")
+    assert status == 0 and "kernel ridge" not in stdout
+    (model,), _ = load_run(without)
+    assert model.kernel is None
+    monkeypatch.setattr(limits, "kernel_memory", lambda m: 10**15)  # no room for its fit
+    status, _, err = train_tiny(data, with_kernel, capsys, "--resume")
+    assert status == 2 and "--resume: the run started with a kernel ridge, but its fit on " \
+        "24 training molecules needs about 1,000,000.0 GB" in err
