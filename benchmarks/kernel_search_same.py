@@ -36,11 +36,9 @@ def _module(path: Path) -> ModuleType:
     return module
 
 
-def _choice(module: ModuleType, distances: torch.Tensor, y: torch.Tensor, f: int
-            ) -> tuple[float, float, float]:
-    """(leave-one-out mse, gamma, ridge) of the best pair, one task."""
-    return min((fit[0], gamma, fit[1]) for gamma in module.GAMMAS
-               for fit in module._loo_fits(torch.exp(-gamma / f * distances), y))
+def _best(fits: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(gamma, ridge) of the least leave-one-out error among (mse, gamma, ridge)."""
+    return min(fits)[1:]
 
 
 def compare(state: dict, old: ModuleType) -> tuple[tuple, tuple, tuple, float]:
@@ -52,15 +50,16 @@ def compare(state: dict, old: ModuleType) -> tuple[tuple, tuple, tuple, float]:
     distances = current._squared_distances(z, z)  # (M, M)
     eye = torch.eye(len(z), dtype=torch.float64)
     y = ((torch.exp(-gamma / f * distances) + ridge * eye) @ alpha)[:, 0]  # (M,) centred
-    worst = 0.0
+    worst, before, now = 0.0, [], []
     for g in current.GAMMAS:
         kernel = torch.exp(-g / f * distances)  # (M, M)
-        for (mse_a, _, a), (mse_b, _, b) in zip(old._loo_fits(kernel, y),
+        for (mse_a, r, a), (mse_b, _, b) in zip(old._loo_fits(kernel, y),
                                                 current._loo_fits(kernel, y)):
+            before.append((mse_a, g, r))
+            now.append((mse_b, g, r))
             worst = max(worst, abs(mse_a - mse_b) / mse_a,
                         float((a - b).abs().max() / a.abs().max()))
-    return ((gamma, ridge), _choice(old, distances, y, f)[1:],
-            _choice(current, distances, y, f)[1:], worst)
+    return (gamma, ridge), _best(before), _best(now), worst
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,6 +69,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="a benchmarks/molecules.py --out folder")
     args = parser.parse_args(argv)
     old = _module(args.old)
+    if (old.GAMMAS, old.RIDGES) != (current.GAMMAS, current.RIDGES):
+        parser.error(f"argument --old: {args.old} searches another grid; this script "
+                     f"compares the same grid searched two ways")
     rows, worst = [], 0.0
     for path in sorted(args.runs.glob("*/*/setattn/model_0/best.pt")):
         state = torch.load(path, weights_only=True)["state_dict"]

@@ -119,9 +119,10 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
         return (0, None), None
     if started:
         obstacle = limits.kernel_memory_obstacle(n_train)
-        return ((0, None), f"--resume: the run started with a kernel ridge, but {obstacle}; "
-                f"resume it where its fit fits, or start a new run") if obstacle else (
-            (started, None), None)
+        if obstacle:
+            return (0, None), (f"--resume: the run started with a kernel ridge, but "
+                               f"{obstacle}; resume it where its fit fits, or start a new run")
+        return (started, None), None
     usable = run.task == "regression" and run.model.descriptor_dim > 0
     try:
         return limits.kernel_size(run.kernel_ridge, n_train, usable), None
