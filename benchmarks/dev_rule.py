@@ -11,10 +11,13 @@ verdict is recomputed, not copied:
         benchmarks/results/molecules_dev_drop.json --baseline "--conv gat" \\
         --candidate "--dropout 0.1" --max-geomean 0.99 --max-worse 0.03
 
-Only setattn's records of ``--report val`` count, on the seeds both flag sets ran. The
-baseline's rows (of ``--datasets``) are the rule's: while one has fewer shared seeds than
-another, or none, the rule is not judged. For ROC-AUC rows the ratio is baseline /
-candidate, so below 1 is better on every row.
+``--baseline-for SET FLAGS`` takes a set's baseline records from another flag string,
+where the defaults of that set were last run under other flags (BACE1's kernel ridge,
+``--kernel-ridge on``, before ``auto`` fitted it). Only setattn's records of ``--report
+val`` count, on the seeds both flag sets ran. The baseline's rows (of ``--datasets``)
+are the rule's: while one has fewer shared seeds than another, or none, the rule is not
+judged. For ROC-AUC rows the ratio is baseline / candidate, so below 1 is better on
+every row.
 """
 
 from __future__ import annotations
@@ -33,20 +36,26 @@ from util import print_table  # noqa: E402
 Row = tuple[str, str]
 
 
-def _values(records: list[dict], flags: str) -> dict[Row, dict[int, float]]:
-    """setattn's validation metric per (set, split) and seed, for one flag string."""
+def _values(records: list[dict], flags: str,
+            flags_for: dict[str, str] | None = None) -> dict[Row, dict[int, float]]:
+    """setattn's validation metric per (set, split) and seed, for one flag string
+    (``flags_for[set]`` instead on the sets it names)."""
+    flags_for = flags_for or {}
     out: dict[Row, dict[int, float]] = {}
     for r in records:
-        if r["tool"] == "setattn" and r.get("report") == "val" and r["flags"] == flags:
+        if (r["tool"] == "setattn" and r.get("report") == "val"
+                and r["flags"] == flags_for.get(r["dataset"], flags)):
             out.setdefault((r["dataset"], r["split"]), {})[r["seed"]] = r["result"]["metric"]
     return out
 
 
-def compare(records: list[dict], baseline: str, candidate: str) -> list[dict]:
+def compare(records: list[dict], baseline: str, candidate: str,
+            baseline_for: dict[str, str] | None = None) -> list[dict]:
     """Per row of the baseline: the seeds both flag sets ran (none yet: an empty list and
     no means), both means and the ratio (candidate / baseline for RMSE, baseline /
-    candidate for ROC-AUC: < 1 is better)."""
-    base, cand = _values(records, baseline), _values(records, candidate)
+    candidate for ROC-AUC: < 1 is better). ``baseline_for`` maps a set to the flags
+    its baseline records ran with, where they are not ``baseline``."""
+    base, cand = _values(records, baseline, baseline_for), _values(records, candidate)
     rows = []
     for key in base:
         seeds = sorted(set(base[key]) & set(cand.get(key, {})))
@@ -74,6 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", nargs="+", type=Path, required=True,
                         help="results.json files of development runs")
     parser.add_argument("--baseline", default="", help="the baseline's setattn flags")
+    parser.add_argument("--baseline-for", nargs=2, action="append", default=[],
+                        metavar=("SET", "FLAGS"),
+                        help="the baseline's setattn flags on SET's records, where they "
+                        "differ from --baseline (repeatable)")
     parser.add_argument("--candidate", required=True, help="the candidate's setattn flags")
     parser.add_argument("--datasets", nargs="+", default=None,
                         help="the rule's sets (default: every set of the baseline's "
@@ -85,12 +98,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     records = [r for path in args.results for r in json.loads(path.read_text())
                if args.datasets is None or r["dataset"] in args.datasets]
-    everything = compare(records, args.baseline, args.candidate)
+    baseline_for = dict(args.baseline_for)
+    unknown = sorted(set(baseline_for) - set(SETS))
+    if unknown:
+        parser.error(f"argument --baseline-for: unknown set {unknown[0]!r} (sets: "
+                     f"{', '.join(SETS)})")
+    everything = compare(records, args.baseline, args.candidate, baseline_for)
     rows = [r for r in everything if r["seeds"]]
     if not rows:
         parser.error(f"no (set, split) row has validation records of both "
                      f"{args.baseline!r} and {args.candidate!r} on a shared seed")
-    print(f"baseline {args.baseline!r}, candidate {args.candidate!r}; validation parts\n")
+    others = "".join(f" ({name}: {flags!r})" for name, flags in baseline_for.items())
+    print(f"baseline {args.baseline!r}{others}, candidate {args.candidate!r}; "
+          "validation parts\n")
     print_table(["set", "split", "seeds", "baseline", "candidate", "baseline mean",
                  "candidate mean", "ratio (< 1 better)"],
                 [[*r["row"], " ".join(map(str, r["seeds"])),

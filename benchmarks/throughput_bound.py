@@ -96,6 +96,21 @@ def build(case: str, descriptor_dim: int) -> MoleculeModel:
     return model
 
 
+def one_thread_split(dataset: str, molecules: int | None) -> tuple[MoleculeTable, list[str]]:
+    """One torch thread and the command line's allocator setting for this process; the
+    first ``molecules`` molecules of ``dataset`` (None: all) and their random split of
+    seed 0 (a part name per molecule), announced with the load average."""
+    torch.set_num_threads(1)
+    keep_freed_memory()  # as the command line does
+    full = load_set(dataset)
+    last = molecules or len(full.smiles)
+    table = MoleculeTable(full.smiles[:last], full.cells[:last])
+    labels = split_labels("random", table.smiles, 0)
+    print(f"{dataset}: {len(table.smiles)} molecules, random split seed 0; "
+          f"load average {load_average()}", flush=True)
+    return table, labels
+
+
 def epoch_fn(model: MoleculeModel, packed: PackedMolecules, train: list):
     """A function running one epoch of training steps of ``model`` over ``packed``."""
     model.fit_scaling(torch.cat([d.y for d in train]),
@@ -159,15 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.epochs < 3:  # chemprop refuses as many epochs as its 2 warm-up epochs
         parser.error(f"argument --epochs: must be >= 3 (chemprop warms up for 2), got "
                      f"{args.epochs}")
-    torch.set_num_threads(1)
-    keep_freed_memory()  # as the command line does
     spec = SETS[args.dataset]
-    full = load_set(args.dataset)
-    last = args.molecules or len(full.smiles)
-    table = MoleculeTable(full.smiles[:last], full.cells[:last])
-    labels = split_labels("random", table.smiles, 0)
-    print(f"{args.dataset}: {len(table.smiles)} molecules, random split seed 0; "
-          f"load average {load_average()}")
+    table, labels = one_thread_split(args.dataset, args.molecules)
     with tempfile.TemporaryDirectory(prefix="setattn_bound_") as scratch:
         tmp = args.keep or Path(scratch)
         csv = write_csv(tmp / "data.csv", table, spec.targets, {"split": labels})

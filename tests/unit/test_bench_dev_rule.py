@@ -68,3 +68,25 @@ def test_a_baseline_row_the_candidate_has_not_run_keeps_the_rule_open(rule, tmp_
     assert "not judged yet: fewer seeds on bace1 scaffold" in capsys.readouterr().out
     rule.main([*args, "--datasets", "esol"])  # a rule over ESOL alone is complete
     assert "the rule holds" in capsys.readouterr().out
+
+
+def test_a_set_can_take_its_baseline_from_other_flags(rule, tmp_path, capsys):
+    records = [_rec("esol", "random", 20, "", 0.5), _rec("esol", "random", 20, "--x 1", 0.5),
+               _rec("bace1", "random", 20, "", 2.0),  # an old default: not this baseline
+               _rec("bace1", "random", 20, "--k on", 1.0),
+               _rec("bace1", "random", 20, "--x 1", 1.1)]
+    rows = rule.compare(records, "", "--x 1", {"bace1": "--k on"})
+    assert {r["row"]: r["ratio"] for r in rows} == pytest.approx(
+        {("esol", "random"): 1.0, ("bace1", "random"): 1.1})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(records))
+    args = ["--results", str(path), "--candidate", "--x 1", "--max-geomean", "1.1",
+            "--max-worse", "0.05"]
+    rule.main(args)  # against "" on BACE1 the candidate is 0.55x: the rule would hold
+    assert "the rule holds" in capsys.readouterr().out
+    rule.main([*args, "--baseline-for", "bace1", "--k on"])
+    out = capsys.readouterr().out
+    assert "(bace1: '--k on')" in out and "the rule does not hold" in out
+    with pytest.raises(SystemExit):
+        rule.main([*args, "--baseline-for", "bace2", "--k on"])
+    assert "argument --baseline-for: unknown set 'bace2'" in capsys.readouterr().err
