@@ -14,9 +14,9 @@ verdict is recomputed, not copied:
 ``--baseline-for SET FLAGS`` takes a set's baseline records from another flag string,
 where the defaults of that set were last run under other flags (BACE1's kernel ridge,
 ``--kernel-ridge on``, before ``auto`` fitted it). Only setattn's records of ``--report
-val`` count, on the seeds both flag sets ran. The baseline's rows (of ``--datasets``)
-are the rule's: while one has fewer shared seeds than another, or none, the rule is not
-judged. For ROC-AUC rows the ratio is baseline / candidate, so below 1 is better on
+val`` count, on the seeds both flag sets ran. Every row (of ``--datasets``) that either
+side has run is the rule's: while one has fewer shared seeds than another, or none, the
+rule is not judged. For ROC-AUC rows the ratio is baseline / candidate, so below 1 is better on
 every row.
 """
 
@@ -51,14 +51,14 @@ def _values(records: list[dict], flags: str,
 
 def compare(records: list[dict], baseline: str, candidate: str,
             baseline_for: dict[str, str] | None = None) -> list[dict]:
-    """Per row of the baseline: the seeds both flag sets ran (none yet: an empty list and
+    """Per row that either flag set ran: the seeds both ran (none yet: an empty list and
     no means), both means and the ratio (candidate / baseline for RMSE, baseline /
     candidate for ROC-AUC: < 1 is better). ``baseline_for`` maps a set to the flags
     its baseline records ran with, where they are not ``baseline``."""
     base, cand = _values(records, baseline, baseline_for), _values(records, candidate)
     rows = []
-    for key in base:
-        seeds = sorted(set(base[key]) & set(cand.get(key, {})))
+    for key in {**base, **cand}:  # a row either side has run is the rule's
+        seeds = sorted(set(base.get(key, {})) & set(cand.get(key, {})))
         if not seeds:
             rows.append({"row": key, "seeds": []})
             continue

@@ -90,3 +90,13 @@ def test_a_set_can_take_its_baseline_from_other_flags(rule, tmp_path, capsys):
     with pytest.raises(SystemExit):
         rule.main([*args, "--baseline-for", "bace2", "--k on"])
     assert "argument --baseline-for: unknown set 'bace2'" in capsys.readouterr().err
+
+
+def test_a_row_only_the_candidate_has_run_keeps_the_rule_open(rule, tmp_path, capsys):
+    records = [_rec("esol", "random", 20, f, 0.5) for f in ("", "--x 1")]
+    records += [_rec("esol", "scaffold", 20, "--x 1", 0.7)]  # its baseline is still running
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(records))
+    rule.main(["--results", str(path), "--candidate", "--x 1", "--max-geomean", "1.0",
+               "--max-worse", "0.0"])
+    assert "not judged yet: fewer seeds on esol scaffold" in capsys.readouterr().out
