@@ -16,8 +16,8 @@ where the defaults of that set were last run under other flags (BACE1's kernel r
 ``--kernel-ridge on``, before ``auto`` fitted it). Only setattn's records of ``--report
 val`` count, on the seeds both flag sets ran. Every row (of ``--datasets``) that either
 side has run is the rule's: while one has fewer shared seeds than another, or none, the
-rule is not judged. For ROC-AUC rows the ratio is baseline / candidate, so below 1 is better on
-every row.
+rule is not judged. For ROC-AUC rows the ratio is baseline / candidate, so below 1 is
+better on every row.
 """
 
 from __future__ import annotations

@@ -157,16 +157,22 @@ def _coverage(rows: dict[Row, Runs]) -> list[str]:
                  list(values), met, _spread(list(values.values()), "{:.1%}"))
 
 
+def by_round(rounds: list[dict]) -> dict[tuple, dict[str, dict]]:
+    """``matched_width.py``'s records (each with its ``round``) grouped by (set, split,
+    seed, round): each tool's ``result`` in that round."""
+    grouped: dict[tuple, dict[str, dict]] = {}
+    for r in rounds:
+        grouped.setdefault((r["dataset"], r["split"], r["seed"], r["round"]),
+                           {})[r["tool"]] = r["result"]
+    return grouped
+
+
 def in_turn_ratios(rounds: list[dict]) -> dict[Row, tuple[float, float]]:
     """Per (set, split) of ``matched_width.py``'s records (each with its ``round``): the
     medians over its rounds of setattn / chemprop-at-width-96 training molecules/s, and of
     chemprop's default run's seconds / setattn's. Rounds missing a tool are left out."""
-    by_round: dict[tuple, dict[str, dict]] = {}
-    for r in rounds:
-        by_round.setdefault((r["dataset"], r["split"], r["seed"], r["round"]),
-                            {})[r["tool"]] = r["result"]
     pairs: dict[Row, list[tuple[float, float]]] = {}
-    for (name, kind, _, _), tools in by_round.items():
+    for (name, kind, _, _), tools in by_round(rounds).items():
         if all(t in tools for t in ("setattn", "chemprop_w96", "chemprop")):
             ours = tools["setattn"]
             pairs.setdefault((name, kind), []).append(

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from molecule_acceptance import by_round  # noqa: E402
 from molecule_sets import SETS, write_csv  # noqa: E402
 from throughput_bound import epoch_fn, one_thread_split  # noqa: E402
 from util import interleaved_seconds, load_average, print_table  # noqa: E402
@@ -64,12 +65,9 @@ speed-up bounds what any choice of layers and heads can buy."""
 def in_turn_ratio(records: list[dict], dataset: str) -> float | None:
     """Median over rounds and splits of setattn's training molecules/s over chemprop at
     width 96's, from ``matched_width.py --save`` records (None where the set has none)."""
-    rounds: dict[tuple, dict[str, float]] = {}
-    for rec in records:
-        if rec["dataset"] == dataset and rec["tool"] in ("setattn", "chemprop_w96"):
-            key = (rec["split"], rec["seed"], rec["round"])
-            rounds.setdefault(key, {})[rec["tool"]] = rec["result"]["mol_per_s"]
-    ratios = [r["setattn"] / r["chemprop_w96"] for r in rounds.values() if len(r) == 2]
+    ratios = [tools["setattn"]["mol_per_s"] / tools["chemprop_w96"]["mol_per_s"]
+              for key, tools in by_round(records).items()
+              if key[0] == dataset and "setattn" in tools and "chemprop_w96" in tools]
     return statistics.median(ratios) if ratios else None
 
 
