@@ -5,11 +5,12 @@ This measures how much of setattn's training step the attention itself costs, by
 swapping it out, and sets the result beside chemprop at width 96 on the same molecules.
 
 In-process cases, each a full training step (forward, backward, AdamW) of
-``MoleculeModel`` at its defaults (width 96, 4 heads, 3 layers, RDKit descriptors) over the
-same batches of 64 training molecules, one torch thread, the rounds interleaved so that a
-shared machine's drifting load hits every case alike (``util.interleaved_seconds``):
+``MoleculeModel`` at width 96, 4 heads, 3 layers (the default up to session 15) and RDKit
+descriptors over the same batches of 64 training molecules, one torch thread, the rounds
+interleaved so that a shared machine's drifting load hits every case alike
+(``util.interleaved_seconds``):
 
-* ``gatv2``: the default network;
+* ``gatv2``: that network (GATv2 layers, the default up to session 11);
 * ``gat``: the same with GAT (v1) layers (``MoleculeModelConfig(conv="gat")``), whose
   scores are per-node terms instead of a LeakyReLU over every edge;
 * ``gatv2 no scores``, ``gat no scores``: every layer's attention swapped for a plain sum
@@ -21,11 +22,11 @@ shared machine's drifting load hits every case alike (``util.interleaved_seconds
 Then the command lines, as ``benchmarks/molecules.py`` times them (molecules x epochs /
 seconds of training with its validation passes), in turn ``--rounds`` times for
 ``--epochs`` epochs each on one split of the same CSV, one thread each: ``setattn train
---ensemble-size 1 --kernel-ridge off`` (the network alone, as on classification sets),
-the same with ``--conv gat``, and chemprop 2.3.1 at width 96 (``--message-hidden-dim 96
---ffn-hidden-dim 96``). The last column of the first table carries each in-process case
-over to the command line: its throughput relative to ``gatv2``, times ``setattn train``'s
-ratio to chemprop.
+--ensemble-size 1 --kernel-ridge off --conv gatv2 --layers 3`` (the network alone, as on
+classification sets), the same with ``--conv gat``, and chemprop 2.3.1 at width 96
+(``--message-hidden-dim 96 --ffn-hidden-dim 96``). The last column of the first table
+carries each in-process case over to the command line: its throughput relative to
+``gatv2``, times ``setattn train``'s ratio to chemprop.
 
     python benchmarks/throughput_bound.py
     python benchmarks/throughput_bound.py --dataset esol --molecules 1000 --epochs 4
@@ -89,7 +90,7 @@ class SumOverEdges(nn.Module):
 def build(case: str, descriptor_dim: int) -> MoleculeModel:
     """The model of an in-process case, seeded alike."""
     torch.manual_seed(0)
-    config = MoleculeModelConfig(descriptor_dim=descriptor_dim, conv=case.split()[0])
+    config = MoleculeModelConfig(descriptor_dim=descriptor_dim, conv=case.split()[0], layers=3)
     model = MoleculeModel(config)
     if case.endswith("no scores"):
         model.convs = nn.ModuleList([SumOverEdges(c) for c in model.convs])
@@ -140,7 +141,7 @@ def setattn_cli(csv: Path, targets: tuple[str, ...], out: Path, epochs: int,
     cmd = [str(exe), "train", "--data", str(csv), "--smiles-column", "smiles",
            "--target-columns", *targets, "--split", "column", "--split-column", "split",
            "--epochs", str(epochs), "--ensemble-size", "1", "--kernel-ridge", "off",
-           "--conv", conv, "--num-threads", "1",
+           "--conv", conv, "--layers", "3", "--num-threads", "1",
            "--output-dir", str(out)]
     chemprop_anchor.timed(cmd, out.parent / f"{out.name}.log", 1, SETATTN_CACHE_DIR="off")
     metrics = json.loads((out / "metrics.json").read_text())

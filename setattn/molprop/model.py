@@ -70,7 +70,7 @@ class MoleculeModelConfig:
     num_tasks: int = 1
     task: str = "regression"
     hidden: int = option(96, "atom state width (divisible by --heads)", type=int)
-    layers: int = option(3, "graph attention layers", type=int)
+    layers: int = option(1, "graph attention layers", type=int)
     heads: int = option(4, "attention heads per layer and in the readout", type=int)
     conv: str = option("gat", "graph attention layers: gat (one projection per layer, "
                        "scores from per-atom terms), or gatv2 (scores from every atom pair's "
