@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,11 @@ class Progress:
     rows: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
+    def to_dict(self) -> dict:
+        """The fields as a dict, ``rows`` shared rather than copied: an epoch replaces the
+        list, never changes it (``dataclasses.asdict`` copied every row every epoch)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
 
 @dataclass
 class _Training:
@@ -134,7 +139,7 @@ class _Training:
                  "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(),
                  "rng": self._rng(),
-                 "progress": asdict(progress)}
+                 "progress": progress.to_dict()}
         return snapshot(state) if copy else state
 
     def restore(self, state: dict) -> Progress:
