@@ -99,7 +99,8 @@ class RunConfig:
         kernel_ridge: "auto" blends a descriptor kernel ridge into regression models
             with descriptors, skipping it (with a printed note) above ``KERNEL_MAX_TRAIN``
             training molecules or where its fit would not fit in memory; "on" refuses
-            those runs before training (regression with descriptors only); "off".
+            those runs before training, and also blends one into classification models
+            (scores fitted to the 0/1 labels, the two probabilities averaged); "off".
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -129,7 +130,8 @@ class RunConfig:
                                "with the attention network's predictions (auto: for "
                                "regression with descriptors, up to "
                                f"{KERNEL_MAX_TRAIN} training molecules and the memory "
-                               "its fit needs; on: refuse the run where it cannot)",
+                               "its fit needs; on: refuse the run where it cannot, and "
+                               "blend one into classification too)",
                                choices=["auto", "on", "off"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int)
@@ -165,9 +167,6 @@ class RunConfig:
         if self.kernel_ridge not in ("auto", "on", "off"):
             raise ValueError(f"argument --kernel-ridge: must be auto, on or off, "
                              f"got {self.kernel_ridge!r}")
-        if self.kernel_ridge == "on" and self.task != "regression":
-            raise ValueError("argument --kernel-ridge: on needs --task regression (the "
-                             "kernel ridge regresses the targets)")
         if self.kernel_ridge == "on" and not self.model.descriptor_dim:
             raise ValueError("argument --kernel-ridge: on needs descriptors (it regresses "
                              "on them), not --descriptors none")

@@ -9,7 +9,8 @@ The layers::
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
              [++ molecule descriptors (G, F_desc)]
     head: Linear -> ReLU -> Dropout -> Linear -> (G, T)
-    [regression with kernel_size > 0: prediction = (head + KernelRidge(descriptors)) / 2]
+    [kernel_size > 0: prediction = (head + KernelRidge(descriptors)) / 2; for classification
+     the mean of the two probabilities, the kernel ridge's score fitted to the 0/1 labels]
 
 Regression outputs are in standardised target units (the trainer scales them back);
 classification outputs are logits, one per task. The readout's attention weights
@@ -41,6 +42,8 @@ from setattn.topology import complete, ptr_from_batch
 
 KERNEL_BLEND = 0.5
 """Weight of the attention network in the prediction when a kernel ridge is blended in."""
+SCORE_EPS = 1e-4
+"""A classification kernel ridge's scores are clamped to [SCORE_EPS, 1 - SCORE_EPS]."""
 
 
 @dataclass
@@ -60,7 +63,7 @@ class MoleculeModelConfig:
         atom_dim: F_atom, atom feature width.
         bond_dim: F_bond, bond feature width (one more slot marks self loops).
         kernel_size: M, training molecules of the descriptor kernel ridge blended into
-            regression predictions (0: none; needs descriptors).
+            the predictions (0: none; needs descriptors).
         global_layers: how many of the last graph attention layers are each followed by
             a global attention block over all atoms of the molecule (0: none).
         max_hops: K of the global blocks' distance bias: bond distances of K or more
@@ -122,8 +125,8 @@ class MoleculeModelConfig:
             raise ValueError(f"argument --max-hops: must be >= 1, got {self.max_hops}")
         if self.kernel_size < 0:
             raise ValueError(f"kernel_size must be >= 0, got {self.kernel_size}")
-        if self.kernel_size and (self.task != "regression" or not self.descriptor_dim):
-            raise ValueError("the kernel ridge needs a regression task and descriptors")
+        if self.kernel_size and not self.descriptor_dim:
+            raise ValueError("the kernel ridge needs descriptors")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"argument --dropout: must be >= 0 and < 1, got {self.dropout}")
         for name in ("num_tasks", "descriptor_dim", "atom_dim", "bond_dim"):
@@ -245,14 +248,28 @@ class MoleculeModel(nn.Module):
         return torch.sigmoid(out)
 
     def kernel_outputs(self, batch) -> Tensor:
-        """(G, T) the kernel ridge's standardised predictions (needs ``kernel_size``)."""
+        """(G, T) the kernel ridge's predictions (needs ``kernel_size``): standardised
+        targets (regression) or scores fitted to the 0/1 labels (classification)."""
         return self.kernel(batch.descriptors)
 
+    def kernel_as_outputs(self, kernel_out: Tensor) -> Tensor:
+        """(G, T) ``kernel_outputs`` in the units of the forward pass: as they are
+        (regression), or the logits of the scores clamped into (0, 1) (classification)."""
+        if self.config.task == "regression":
+            return kernel_out
+        return torch.logit(kernel_out.clamp(SCORE_EPS, 1 - SCORE_EPS))  # (G, T)
+
     def combine(self, out: Tensor, kernel_out: Tensor | None) -> Tensor:
-        """(G, T) the network's outputs blended with the kernel ridge's (if any)."""
+        """(G, T) the network's outputs blended with the kernel ridge's (if any): the
+        weighted mean of the two predictions (regression), or of the two probabilities,
+        returned as a logit (classification)."""
         if kernel_out is None:
             return out
-        return self.blend * out + (1 - self.blend) * kernel_out  # (G, T)
+        kernel = self.kernel_as_outputs(kernel_out)  # (G, T)
+        if self.config.task == "regression":
+            return self.blend * out + (1 - self.blend) * kernel  # (G, T)
+        p = self.blend * torch.sigmoid(out) + (1 - self.blend) * torch.sigmoid(kernel)
+        return torch.logit(p)  # (G, T); p lies in (0, 1): the kernel's part is clamped
 
     @torch.no_grad()
     def predict(self, batch) -> Tensor:

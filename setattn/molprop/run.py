@@ -123,7 +123,9 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
             return (0, None), (f"--resume: the run started with a kernel ridge, but "
                                f"{obstacle}; resume it where its fit fits, or start a new run")
         return (started, None), None
-    usable = run.task == "regression" and run.model.descriptor_dim > 0
+    # auto: regression only; classification on request (--kernel-ridge on)
+    usable = run.model.descriptor_dim > 0 and (run.task == "regression"
+                                                or run.kernel_ridge == "on")
     try:
         return limits.kernel_size(run.kernel_ridge, n_train, usable), None
     except ValueError as error:
@@ -152,7 +154,8 @@ def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
 
 def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
                names: Sequence[str]) -> tuple[KernelRidge, dict]:
-    """The kernel ridge of a regression model, fitted to standardised training targets.
+    """The kernel ridge of a model, fitted to its standardised training targets
+    (regression) or to the 0/1 labels (classification).
 
     Raises:
         ValueError: naming a target column without any training label.
@@ -162,9 +165,11 @@ def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
     """
     start = time.perf_counter()
     y = stacked_targets(train)  # (M, T)
-    mean, std = target_scaling(y)
+    if config.task == "regression":
+        mean, std = target_scaling(y)
+        y = (y - mean) / std  # (M, T)
     kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
-    info = kernel.fit(torch.cat([d.descriptors for d in train]), (y - mean) / std, names,
+    info = kernel.fit(torch.cat([d.descriptors for d in train]), y, names,
                       progress=distributed.world().is_main)
     return kernel, {**info, "seconds": time.perf_counter() - start}
 
@@ -178,7 +183,8 @@ def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], ta
     net = torch.stack([outputs(m, batched) for m in models]).mean(0)  # (M, T)
     kernel_out = kernel_outputs(models[0], batched)  # (M, T)
     return {"attention": evaluate(y, models[0].to_units(net), task, names, part),
-            "kernel_ridge": evaluate(y, models[0].to_units(kernel_out), task, names, part)}
+            "kernel_ridge": evaluate(y, models[0].to_units(models[0].kernel_as_outputs(
+                kernel_out)), task, names, part)}
 
 
 @dataclass
@@ -459,7 +465,9 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
         kernel, kernel_info = fit_kernel(parts.train, model_config, run.target_columns)
         log(f"kernel ridge on {model_config.descriptor_dim} descriptors: gamma "
             f"{kernel_info['gamma']}, ridge {kernel_info['ridge']}, leave-one-out RMSE "
-            f"{kernel_info['loo_rmse']:.4g} (standardised), {kernel_info['seconds']:.1f}s")
+            f"{kernel_info['loo_rmse']:.4g} ("
+            f"{'standardised' if run.task == 'regression' else 'on the 0/1 labels'}), "
+            f"{kernel_info['seconds']:.1f}s")
     results = _train_members(run, parts, model_config, kernel, out, resume=resume,
                              callback=callback, log=log, checkpoint_seconds=checkpoint_seconds)
     if main:

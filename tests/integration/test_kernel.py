@@ -14,7 +14,7 @@ from torch_geometric.loader import DataLoader
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import CLIP, RIDGES, KernelRidge, _loo_fits
-from setattn.molprop.model import KERNEL_BLEND, MoleculeModel, MoleculeModelConfig
+from setattn.molprop.model import KERNEL_BLEND, SCORE_EPS, MoleculeModel, MoleculeModelConfig
 
 
 def _problem(m: int = 30, f: int = 6, t: int = 2, seed: int = 0):
@@ -155,6 +155,31 @@ def test_kernel_is_off_for_classification_without_descriptors_and_on_request(tmp
     assert model.kernel is None
 
 
+def test_classification_on_request_averages_the_two_probabilities(tmp_path, capsys):
+    tox = tox21_slice(tmp_path / "tox.csv", 40)
+    out = tmp_path / "tox"
+    status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
+                                   "--kernel-ridge", "on", targets=("NR-AR", "SR-p53"))
+    assert status == 0 and "(on the 0/1 labels)" in stdout
+    (model,), _ = load_run(out)
+    assert model.kernel is not None and model.config.kernel_size > 0
+    parts = json.loads((out / "metrics.json").read_text())["components"]
+    assert set(parts["test"]["kernel_ridge"]) == set(parts["test"]["attention"])
+    status, _, _ = run(["predict", "--model", out, "--data", tox, "--output",
+                        tmp_path / "p.csv"], capsys)
+    assert status == 0
+    rows = [r for r in read_csv(tmp_path / "p.csv") if r["NR-AR"]][:6]
+    batch = next(iter(DataLoader([featurize(r["smiles"], model.config.descriptor_dim)
+                                  for r in rows], batch_size=6)))
+    with torch.no_grad():
+        net = torch.sigmoid(model(batch))  # (6, 2)
+        score = model.kernel_outputs(batch)  # (6, 2) fitted to 0/1 labels
+    expected = KERNEL_BLEND * net + (1 - KERNEL_BLEND) * score.clamp(SCORE_EPS, 1 - SCORE_EPS)
+    got = torch.tensor([[float(r["NR-AR"]), float(r["SR-p53"])] for r in rows])
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+    assert ((got > 0) & (got < 1)).all()
+
+
 def test_model_config_refuses_a_kernel_without_descriptors():
     with pytest.raises(ValueError, match="kernel ridge needs"):
         MoleculeModel(MoleculeModelConfig(kernel_size=10, descriptor_dim=0))
@@ -210,11 +235,9 @@ def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, caps
         "24 training molecules needs about 1,000,000.0 GB of memory but" in stdout
     status, _, err = train_tiny(data, tmp_path / "low_on", capsys, "--kernel-ridge", "on")
     assert status == 2 and "--kernel-ridge: on, but its fit on 24 training" in err
-    for flags, words in ((("--descriptors", "none"), "on needs descriptors"),
-                         (("--task", "classification"), "on needs --task regression")):
-        status, _, err = train_tiny(data, tmp_path / "bad", capsys, "--kernel-ridge", "on",
-                                    *flags)
-        assert status == 2 and words in err
+    status, _, err = train_tiny(data, tmp_path / "bad", capsys, "--kernel-ridge", "on",
+                                "--descriptors", "none")
+    assert status == 2 and "on needs descriptors" in err
 
 
 def test_a_resumed_run_keeps_the_kernel_ridge_it_started_with(tmp_path, capsys, monkeypatch):
