@@ -61,6 +61,7 @@ from setattn.molprop.model import MoleculeModel, MoleculeModelConfig  # noqa: E4
 from setattn.nn import GATConv, GATv2Conv  # noqa: E402
 
 BATCH = 64
+LAYERS = 3  # the network these cases measure (the default up to session 15)
 
 
 class SumOverEdges(nn.Module):
@@ -90,7 +91,8 @@ class SumOverEdges(nn.Module):
 def build(case: str, descriptor_dim: int) -> MoleculeModel:
     """The model of an in-process case, seeded alike."""
     torch.manual_seed(0)
-    config = MoleculeModelConfig(descriptor_dim=descriptor_dim, conv=case.split()[0], layers=3)
+    config = MoleculeModelConfig(descriptor_dim=descriptor_dim, conv=case.split()[0],
+                                 layers=LAYERS)
     model = MoleculeModel(config)
     if case.endswith("no scores"):
         model.convs = nn.ModuleList([SumOverEdges(c) for c in model.convs])
@@ -141,7 +143,7 @@ def setattn_cli(csv: Path, targets: tuple[str, ...], out: Path, epochs: int,
     cmd = [str(exe), "train", "--data", str(csv), "--smiles-column", "smiles",
            "--target-columns", *targets, "--split", "column", "--split-column", "split",
            "--epochs", str(epochs), "--ensemble-size", "1", "--kernel-ridge", "off",
-           "--conv", conv, "--layers", "3", "--num-threads", "1",
+           "--conv", conv, "--layers", str(LAYERS), "--num-threads", "1",
            "--output-dir", str(out)]
     chemprop_anchor.timed(cmd, out.parent / f"{out.name}.log", 1, SETATTN_CACHE_DIR="off")
     metrics = json.loads((out / "metrics.json").read_text())
