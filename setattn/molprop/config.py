@@ -96,11 +96,13 @@ class RunConfig:
         fold: the test fold of a k-fold split.
         ensemble_size: K models trained on the same split.
         strict: refuse the data if a SMILES is invalid or empty (else skip it).
-        kernel_ridge: "auto" blends a descriptor kernel ridge into regression models
-            with descriptors, skipping it (with a printed note) above ``KERNEL_MAX_TRAIN``
-            training molecules or where its fit would not fit in memory; "on" refuses
-            those runs before training, and also blends one into classification models
-            (scores fitted to the 0/1 labels, the two probabilities averaged); "off".
+        kernel_ridge: "auto" blends a descriptor kernel ridge into regression and
+            single-task classification models with descriptors (for classification its
+            scores are fitted to the 0/1 labels and the two probabilities averaged),
+            skipping it (with a printed note) above ``KERNEL_MAX_TRAIN`` training
+            molecules or where its fit would not fit in memory; "on" refuses those runs
+            before training, and also blends one into classification models with
+            several tasks; "off".
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -128,10 +130,11 @@ class RunConfig:
                           action="store_true")
     kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "
                                "with the attention network's predictions (auto: for "
-                               "regression with descriptors, up to "
-                               f"{KERNEL_MAX_TRAIN} training molecules and the memory "
-                               "its fit needs; on: refuse the run where it cannot, and "
-                               "blend one into classification too)",
+                               "regression and single-task classification with "
+                               f"descriptors, up to {KERNEL_MAX_TRAIN} training "
+                               "molecules and the memory its fit needs; on: refuse the "
+                               "run where it cannot, and blend one into classification "
+                               "with several tasks too)",
                                choices=["auto", "on", "off"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int)

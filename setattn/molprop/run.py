@@ -123,8 +123,10 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
             return (0, None), (f"--resume: the run started with a kernel ridge, but "
                                f"{obstacle}; resume it where its fit fits, or start a new run")
         return (started, None), None
-    # auto: regression only; classification on request (--kernel-ridge on)
+    # auto: regression and single-task classification; several classification tasks
+    # on request (--kernel-ridge on)
     usable = run.model.descriptor_dim > 0 and (run.task == "regression"
+                                                or len(run.target_columns) == 1
                                                 or run.kernel_ridge == "on")
     try:
         return limits.kernel_size(run.kernel_ridge, n_train, usable), None

@@ -137,7 +137,8 @@ def test_model_predicts_the_mean_of_network_and_kernel(tmp_path, capsys):
     np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_kernel_is_off_for_classification_without_descriptors_and_on_request(tmp_path, capsys):
+def test_kernel_is_off_without_descriptors_on_request_and_for_several_classification_tasks(
+        tmp_path, capsys):
     fs = freesolv_slice(tmp_path / "fs.csv", 30)
     for extra in (["--kernel-ridge", "off"], ["--descriptors", "none"]):
         out = tmp_path / f"run{len(extra[1])}"
@@ -153,6 +154,19 @@ def test_kernel_is_off_for_classification_without_descriptors_and_on_request(tmp
     assert status == 0
     (model,), _ = load_run(out)
     assert model.kernel is None
+
+
+def test_auto_fits_the_kernel_for_one_classification_task(tmp_path, capsys):
+    tox = tox21_slice(tmp_path / "tox.csv", 40)
+    out = tmp_path / "one"
+    status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
+                                   targets=("SR-p53",))
+    assert status == 0 and "(on the 0/1 labels)" in stdout
+    (model,), _ = load_run(out)
+    assert model.kernel is not None and model.config.kernel_size > 0
+    assert float(model.blend) == KERNEL_BLEND
+    parts = json.loads((out / "metrics.json").read_text())["components"]
+    assert set(parts["val"]) == {"attention", "kernel_ridge"}
 
 
 def test_classification_on_request_averages_the_two_probabilities(tmp_path, capsys):
