@@ -60,8 +60,9 @@ DEFAULT_METHOD = "integrated-gradients"
 class ModelOutput(nn.Module):
     """The quantity explained: a ``MoleculeModel``'s prediction, differentiable.
 
-    Regression: the prediction in target units (the network blended with the kernel
-    ridge, as ``predict`` gives it). Classification: the logit of each task.
+    The network blended with the kernel ridge (when the model has one), as ``predict``
+    gives it: in target units (regression), or as the logit of each task's probability
+    (classification).
     """
 
     def __init__(self, model: MoleculeModel):
@@ -71,11 +72,9 @@ class ModelOutput(nn.Module):
     def forward(self, batch: Batch) -> Tensor:
         """(G, T) predictions in target units, or logits."""
         m = self.model
-        out = m(batch)  # (G, T)
-        if m.config.task != "regression":
-            return out
         kernel_out = m.kernel_outputs(batch) if m.kernel is not None else None
-        return m.to_units(m.combine(out, kernel_out))  # (G, T)
+        blended = m.combine(m(batch), kernel_out)  # (G, T) standardised, or logits
+        return m.to_units(blended) if m.config.task == "regression" else blended
 
 
 @dataclass

@@ -4,6 +4,7 @@ place in the molecule model and the ``train`` / ``predict`` commands."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -11,7 +12,9 @@ import torch
 from molecule_runs import freesolv_slice, read_csv, run, tox21_slice, train_tiny
 from torch_geometric.loader import DataLoader
 
+from setattn.molprop.batching import collate_molecules
 from setattn.molprop.checkpoint import load_run
+from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import CLIP, RIDGES, KernelRidge, _loo_fits
 from setattn.molprop.model import KERNEL_BLEND, SCORE_EPS, MoleculeModel, MoleculeModelConfig
@@ -167,6 +170,25 @@ def test_auto_fits_the_kernel_for_one_classification_task(tmp_path, capsys):
     assert float(model.blend) == KERNEL_BLEND
     parts = json.loads((out / "metrics.json").read_text())["components"]
     assert set(parts["val"]) == {"attention", "kernel_ridge"}
+
+
+def test_explain_gives_contributions_to_the_blended_classification_logit(tmp_path, capsys):
+    tox = tox21_slice(tmp_path / "tox.csv", 40)
+    out = tmp_path / "one"
+    status, _, _ = train_tiny(tox, out, capsys, "--task", "classification",
+                              targets=("SR-p53",), epochs=2)
+    assert status == 0
+    (model,), _ = load_run(out)
+    assert model.kernel is not None
+    for smiles in ("OCC(N)c1ccncc1", "CCCCCl"):
+        e = explain_molecule(model, smiles, "integrated-gradients")
+        blended = math.log(e.probability / (1 - e.probability))  # predict's probability
+        assert e.attribution.prediction == pytest.approx(blended, abs=1e-4)
+        with torch.no_grad():
+            data = featurize(smiles, model.config.descriptor_dim)
+            network = float(model(collate_molecules([data]))[0, 0])  # its logit alone
+        assert abs(e.attribution.prediction - network) > 1e-3  # the kernel's part counts
+        assert abs(e.attribution.gap()) <= e.attribution.delta + 1e-4
 
 
 def test_classification_on_request_averages_the_two_probabilities(tmp_path, capsys):
