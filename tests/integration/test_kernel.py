@@ -152,9 +152,10 @@ def test_kernel_is_off_without_descriptors_on_request_and_for_several_classifica
         assert model.kernel is None and float(model.blend) == 1.0
     tox = tox21_slice(tmp_path / "tox.csv", 40)
     out = tmp_path / "tox"
-    status, _, _ = train_tiny(tox, out, capsys, "--task", "classification",
-                              targets=("NR-AR", "SR-p53"))
+    status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
+                                   targets=("NR-AR", "SR-p53"))
     assert status == 0
+    assert "note: no kernel ridge (--kernel-ridge auto): 2 classification tasks" in stdout
     (model,), _ = load_run(out)
     assert model.kernel is None
 
