@@ -182,13 +182,14 @@ def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
 
 def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], task: str,
                        names: Sequence[str], part: str) -> dict:
-    """Metrics of the attention network (the ensemble's mean) alone and of the kernel
+    """Metrics of the attention network alone (the mean of the members' predictions in
+    target units or probabilities, as the ensemble averages them) and of the kernel
     ridge alone on ``data``."""
     y = stacked_targets(data, len(names))  # (M, T)
     batched = batches(data)
-    net = torch.stack([outputs(m, batched) for m in models]).mean(0)  # (M, T)
+    net = torch.stack([m.to_units(outputs(m, batched)) for m in models]).mean(0)  # (M, T)
     kernel_out = kernel_outputs(models[0], batched)  # (M, T)
-    return {"attention": evaluate(y, models[0].to_units(net), task, names, part),
+    return {"attention": evaluate(y, net, task, names, part),
             "kernel_ridge": evaluate(y, models[0].to_units(models[0].kernel_as_outputs(
                 kernel_out)), task, names, part)}
 

@@ -9,7 +9,15 @@ import math
 import numpy as np
 import pytest
 import torch
-from molecule_runs import freesolv_slice, read_csv, run, tox21_slice, train_tiny
+from molecule_runs import (
+    DATASETS_DIR,
+    csv_slice,
+    freesolv_slice,
+    read_csv,
+    run,
+    tox21_slice,
+    train_tiny,
+)
 from torch_geometric.loader import DataLoader
 
 from setattn.molprop.batching import collate_molecules
@@ -171,6 +179,22 @@ def test_auto_fits_the_kernel_for_one_classification_task(tmp_path, capsys):
     assert float(model.blend) == KERNEL_BLEND
     parts = json.loads((out / "metrics.json").read_text())["components"]
     assert set(parts["val"]) == {"attention", "kernel_ridge"}
+
+
+def test_the_network_part_averages_member_probabilities_like_the_ensemble(tmp_path, capsys):
+    data = csv_slice(DATASETS_DIR / "molecules" / "bace1_chembl.csv", tmp_path / "b.csv",
+                     range(120))
+    metrics = {}
+    for choice in ("off", "on"):
+        status, _, _ = train_tiny(data, tmp_path / choice, capsys, "--task", "classification",
+                                  "--kernel-ridge", choice, "--ensemble-size", "2",
+                                  targets=("active",), epochs=2)
+        assert status == 0
+        metrics[choice] = json.loads((tmp_path / choice / "metrics.json").read_text())
+    # the kernel ridge leaves the networks' training alone, so the blended run's network
+    # part is the kernel-free run's ensemble: the mean of the members' probabilities
+    for part in ("val", "test"):
+        assert metrics["on"]["components"][part]["attention"] == metrics["off"][part]
 
 
 def test_explain_gives_contributions_to_the_blended_classification_logit(tmp_path, capsys):
