@@ -126,12 +126,11 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
     # auto: regression and single-task classification; several classification tasks
     # on request (--kernel-ridge on)
     tasks = len(run.target_columns)
-    if (run.kernel_ridge == "auto" and run.model.descriptor_dim and run.task != "regression"
-            and tasks > 1):
+    several = run.task != "regression" and tasks > 1  # several classification tasks
+    if run.kernel_ridge == "auto" and run.model.descriptor_dim and several:
         return (0, f"note: no kernel ridge (--kernel-ridge auto): {tasks} classification "
                    f"tasks; --kernel-ridge on fits one per task"), None
-    usable = run.model.descriptor_dim > 0 and (run.task == "regression" or tasks == 1
-                                                or run.kernel_ridge == "on")
+    usable = run.model.descriptor_dim > 0 and (not several or run.kernel_ridge == "on")
     try:
         return limits.kernel_size(run.kernel_ridge, n_train, usable), None
     except ValueError as error:

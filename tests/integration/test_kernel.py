@@ -3,14 +3,18 @@ place in the molecule model and the ``train`` / ``predict`` commands."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from molecule_runs import (
     DATASETS_DIR,
+    TINY,
     csv_slice,
     freesolv_slice,
     read_csv,
@@ -20,6 +24,7 @@ from molecule_runs import (
 )
 from torch_geometric.loader import DataLoader
 
+from setattn import cli
 from setattn.molprop.batching import collate_molecules
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
@@ -168,12 +173,25 @@ def test_kernel_is_off_without_descriptors_on_request_and_for_several_classifica
     assert model.kernel is None
 
 
-def test_auto_fits_the_kernel_for_one_classification_task(tmp_path, capsys):
-    tox = tox21_slice(tmp_path / "tox.csv", 40)
-    out = tmp_path / "one"
-    status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
-                                   targets=("SR-p53",))
-    assert status == 0 and "(on the 0/1 labels)" in stdout
+@pytest.fixture(scope="module")
+def one_task(tmp_path_factory) -> tuple[Path, str]:
+    """A tiny single-task classification run with the defaults' ``--kernel-ridge auto``
+    (2 epochs): its folder and what ``train`` printed."""
+    root = tmp_path_factory.mktemp("one_task")
+    tox = tox21_slice(root / "tox.csv", 40)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = cli.main([str(a) for a in ["train", "--data", tox, "--target-columns",
+                                             "SR-p53", "--task", "classification",
+                                             "--epochs", 2, "--output-dir", root / "one",
+                                             *TINY]])
+    assert status == 0
+    return root / "one", printed.getvalue()
+
+
+def test_auto_fits_the_kernel_for_one_classification_task(one_task):
+    out, stdout = one_task
+    assert "(on the 0/1 labels)" in stdout
     (model,), _ = load_run(out)
     assert model.kernel is not None and model.config.kernel_size > 0
     assert float(model.blend) == KERNEL_BLEND
@@ -197,13 +215,8 @@ def test_the_network_part_averages_member_probabilities_like_the_ensemble(tmp_pa
         assert metrics["on"]["components"][part]["attention"] == metrics["off"][part]
 
 
-def test_explain_gives_contributions_to_the_blended_classification_logit(tmp_path, capsys):
-    tox = tox21_slice(tmp_path / "tox.csv", 40)
-    out = tmp_path / "one"
-    status, _, _ = train_tiny(tox, out, capsys, "--task", "classification",
-                              targets=("SR-p53",), epochs=2)
-    assert status == 0
-    (model,), _ = load_run(out)
+def test_explain_gives_contributions_to_the_blended_classification_logit(one_task):
+    (model,), _ = load_run(one_task[0])
     assert model.kernel is not None
     for smiles in ("OCC(N)c1ccncc1", "CCCCCl"):
         e = explain_molecule(model, smiles, "integrated-gradients")
