@@ -74,3 +74,12 @@ def test_width_300_compares_setattn_at_300_with_chemprop_defaults(matched):
 def test_width_300_refuses_save(matched, tmp_path):
     with pytest.raises(SystemExit):
         matched.main(["--width", "300", "--save", str(tmp_path / "x.json")])
+
+
+def test_classification_sets_are_accepted(matched, capsys):
+    # the report's cost lines cover every row; --rounds 0 stops the call after parsing,
+    # so the error names --rounds, not --datasets
+    with pytest.raises(SystemExit):
+        matched.main(["--datasets", "tox21", "bace1_active", "--rounds", "0"])
+    err = capsys.readouterr().err
+    assert "--rounds" in err and "invalid choice" not in err
