@@ -195,9 +195,9 @@ def kernel_size(choice: str, m: int, usable: bool, available: int | None = None
     Args:
         choice: ``--kernel-ridge``: "auto", "on" or "off".
         m: training molecules.
-        usable: whether the run can have one (descriptors, and regression, one
-            classification task, or "on"; the run's config refuses "on" without
-            descriptors).
+        usable: whether the run can have one: it has descriptors (the run's config
+            refuses "on" without them; the caller has already left out what "auto"
+            skips by task, several classification tasks).
         available: bytes available (default: ``available_memory()``; None: unknown).
 
     Raises:

@@ -130,9 +130,9 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
     if run.kernel_ridge == "auto" and run.model.descriptor_dim and several:
         return (0, f"note: no kernel ridge (--kernel-ridge auto): {tasks} classification "
                    f"tasks; --kernel-ridge on fits one per task"), None
-    usable = run.model.descriptor_dim > 0 and (not several or run.kernel_ridge == "on")
     try:
-        return limits.kernel_size(run.kernel_ridge, n_train, usable), None
+        return limits.kernel_size(run.kernel_ridge, n_train,
+                                  run.model.descriptor_dim > 0), None
     except ValueError as error:
         return (0, None), str(error)
 
