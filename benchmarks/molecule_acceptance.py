@@ -30,7 +30,7 @@ import statistics
 from molecule_sets import SETS
 from molecule_tables import QUALITY_ANCHORS
 
-__all__ = ["MOONSHOTS", "acceptance_table", "complete_rows", "in_turn_ratios"]
+__all__ = ["MOONSHOTS", "acceptance_table", "complete_rows", "in_turn_ratios", "latest_rounds"]
 
 MOONSHOTS = {"freesolv": 0.80, "esol": 0.50}
 """Random-split RMSE lines of issue #15 (AttentiveFP published 0.736 / 0.503)."""
@@ -155,6 +155,15 @@ def _coverage(rows: dict[Row, Runs]) -> list[str]:
     met = [k for k, v in values.items() if low <= v <= high]
     return _line("coverage", f"90 % intervals cover {low:.0%}-{high:.0%} (regression)",
                  list(values), met, _spread(list(values.values()), "{:.1%}"))
+
+
+def latest_rounds(files: list[list[dict]]) -> list[dict]:
+    """The records of several ``matched_width.py`` files as one list: each (set, split)
+    keeps the records of the last file that has it (a later measurement, e.g. of newer
+    code, replaces a row's rounds rather than mixing with them)."""
+    last = {(r["dataset"], r["split"]): i for i, records in enumerate(files) for r in records}
+    return [r for i, records in enumerate(files) for r in records
+            if last[(r["dataset"], r["split"])] == i]
 
 
 def by_round(rounds: list[dict]) -> dict[tuple, dict[str, dict]]:

@@ -69,7 +69,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import molecule_sets  # noqa: E402
-from molecule_acceptance import acceptance_table  # noqa: E402
+from molecule_acceptance import acceptance_table, latest_rounds  # noqa: E402
 from molecule_jobs import (  # noqa: E402
     RunSettings,
     import_results,
@@ -117,9 +117,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--import-results", nargs="+", type=Path, default=[], metavar="FILE",
                         help="first add the records of these results files (slices of "
                         "the benchmark run in other --out folders) to --out's")
-    parser.add_argument("--in-turn", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--in-turn", nargs="+", type=Path, default=[], metavar="FILE",
                         help="records of benchmarks/matched_width.py --save (tools timed in "
-                        "turn): the acceptance's cost lines are also judged on them")
+                        "turn): the acceptance's cost lines are also judged on them; a "
+                        "(set, split) in several files takes its rounds from the last one")
     args = parser.parse_args(argv)
     if args.skip_chemprop:
         args.anchors = []
@@ -184,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     records = wanted(load_results(args.out), args, settings)
     print_tables(records, args.report, flags)
     if args.report == "test":
-        rounds = json.loads(args.in_turn.read_text()) if args.in_turn else None
+        rounds = (latest_rounds([json.loads(f.read_text()) for f in args.in_turn])
+                  if args.in_turn else None)
         print("\nacceptance of issue #15\n\n" + "\n".join(acceptance_table(records, rounds)))
 
 

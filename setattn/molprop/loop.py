@@ -4,9 +4,10 @@
 
 Each epoch: optimiser steps over shuffled batches (``PackedMolecules``), one pass over
 the validation set, then the bookkeeping of ``Progress`` (best epoch, patience) and of
-the two checkpoints: ``best.pt`` when the validation metric improves, ``last.pt`` as
-``_LastCheckpoint`` decides. Under ``torchrun`` every rank runs ``fit`` on its share of
-each batch (``setattn.molprop.distributed``); only rank 0 writes files and prints.
+the two checkpoints: ``best.pt`` (kept in memory when the validation metric improves)
+and ``last.pt``, both written when ``_LastCheckpoint`` decides. Under ``torchrun``
+every rank runs ``fit`` on its share of each batch (``setattn.molprop.distributed``);
+only rank 0 writes files and prints.
 """
 
 from __future__ import annotations
@@ -154,13 +155,41 @@ class _Training:
         return Progress(**state["progress"])
 
 
+class _BestCheckpoint:
+    """``best.pt``: the weights of the best epoch so far. An improvement is kept in
+    memory (a copy costs a fraction of a write); ``_LastCheckpoint`` writes it before
+    each ``last.pt``, so that a resumed run finds the best weights of the progress it
+    resumes, and ``last.pt`` is written after the final epoch and on an exception.
+    Rank 0 only."""
+
+    def __init__(self, path: Path, enabled: bool) -> None:
+        self.path, self.enabled = path, enabled
+        self.pending: dict | None = None  # the best epoch's payload, not yet written
+
+    def improved(self, model: MoleculeModel, meta: dict, epoch: int,
+                 val_metrics: dict) -> None:
+        """Keep the weights of the epoch just finished and its validation metrics."""
+        if self.enabled:
+            self.pending = snapshot(
+                {"kind": "model", "config": model.config.to_dict(),
+                 "state_dict": model.state_dict(),
+                 "meta": {**meta, "epoch": epoch, "val": json_safe(val_metrics)}})
+
+    def write(self) -> None:
+        if self.pending is not None:
+            save_checkpoint(self.pending, self.path)
+            self.pending = None
+
+
 class _LastCheckpoint:
     """When ``last.pt`` is written: once ``seconds`` of training have passed since the
     last write (0: every epoch), after the final epoch, and, through ``rescue``, for the
-    last finished epoch when training stops on an exception. Rank 0 only."""
+    last finished epoch when training stops on an exception. ``best`` is written first
+    each time. Rank 0 only."""
 
-    def __init__(self, path: Path, seconds: float, enabled: bool) -> None:
-        self.path, self.seconds, self.enabled = path, seconds, enabled
+    def __init__(self, path: Path, seconds: float, enabled: bool,
+                 best: _BestCheckpoint) -> None:
+        self.path, self.seconds, self.enabled, self.best = path, seconds, enabled, best
         self.written = time.perf_counter()  # the last write (or the start)
         self.pending: dict | None = None  # the last finished epoch's state, not yet written
 
@@ -171,10 +200,12 @@ class _LastCheckpoint:
                or time.perf_counter() - self.written >= self.seconds)
         self.pending = training.state(progress, copy=not due)
         if due:
+            self.best.write()
             save_checkpoint(self.pending, self.path)
             self.pending, self.written = None, time.perf_counter()
 
     def rescue(self) -> None:
+        self.best.write()
         if self.pending is not None:
             save_checkpoint(self.pending, self.path)
 
@@ -307,14 +338,6 @@ def _run_epoch(training: _Training, progress: Progress, val_data: Sequence[Data]
     return better, val_metrics
 
 
-def _save_best(model: MoleculeModel, meta: dict, epoch: int, val_metrics: dict,
-               path: Path) -> None:
-    """``best.pt``: the weights of the epoch just finished and its validation metrics."""
-    save_checkpoint({"kind": "model", "config": model.config.to_dict(),
-                     "state_dict": model.state_dict(),
-                     "meta": {**meta, "epoch": epoch, "val": json_safe(val_metrics)}}, path)
-
-
 def _fmt(value: float) -> str:
     return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
 
@@ -344,7 +367,8 @@ def fit(
 ) -> FitResult:
     """Train one model with early stopping, checkpointing as it goes.
 
-    ``out_dir/best.pt`` holds the best validation weights, written when they improve.
+    ``out_dir/best.pt`` holds the best validation weights: kept in memory when they
+    improve, written before every write of ``last.pt``.
     ``out_dir/last.pt`` holds the full state after a finished epoch (model, optimiser,
     schedule, RNG states, progress): written once ``checkpoint_seconds`` of training
     have passed since the last write, after the final epoch, and, when training stops
@@ -376,8 +400,8 @@ def fit(
     clock, out_dir, w = time.perf_counter(), Path(out_dir), distributed.world()
     log = log if w.is_main else quiet
     training = _set_up(model, train_data, val_data, config)
-    best_path = out_dir / "best.pt"
-    last = _LastCheckpoint(out_dir / "last.pt", checkpoint_seconds, w.is_main)
+    best = _BestCheckpoint(out_dir / "best.pt", w.is_main)
+    last = _LastCheckpoint(out_dir / "last.pt", checkpoint_seconds, w.is_main, best)
     progress = _start(training, config, last.path, resume, log, member)
     clock -= progress.seconds  # the time spent before a resumed checkpoint
     meta = {"task": model.config.task, "target_columns": list(names), **(meta or {})}
@@ -386,8 +410,8 @@ def fit(
         while not progress.finished:
             better, val_metrics = _run_epoch(training, progress, val_data, cached, config,
                                              names, member)
-            if better and w.is_main:
-                _save_best(model, meta, progress.epoch, val_metrics, best_path)
+            if better:
+                best.improved(model, meta, progress.epoch, val_metrics)
             progress.seconds = time.perf_counter() - clock
             last.epoch_done(training, progress)
             log(_epoch_line(member, config.epochs, progress, better))
@@ -399,11 +423,11 @@ def fit(
     except BaseException:  # Ctrl-C, a failing callback: keep the last finished epoch
         last.rescue()
         raise
-    best = _load_best(best_path, training.device)
-    if best is None:
+    best_model = _load_best(best.path, training.device)
+    if best_model is None:
         raise DivergedError(f"model {member}: the validation {progress.monitor} was never "
                             f"finite (did training diverge? try a lower --lr)")
-    return FitResult(best, int(progress.best_epoch), float(progress.best_value),
+    return FitResult(best_model, int(progress.best_epoch), float(progress.best_value),
                      progress.monitor, list(progress.rows), time.perf_counter() - clock)
 
 

@@ -23,8 +23,6 @@ What a run directory holds::
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import time
@@ -38,11 +36,12 @@ from torch_geometric.data import Data
 from setattn.datasets.files import quotable, read_column
 from setattn.datasets.molecules import MoleculeNote
 from setattn.domains.molecules import InvalidSmilesError
-from setattn.files import atomic_open, write_json
+from setattn.files import write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import batches, stacked_targets
 from setattn.molprop.checkpoint import load_checkpoint
 from setattn.molprop.config import RunConfig, TrainConfig
+from setattn.molprop.epoch_log import EpochLog
 from setattn.molprop.failures import report_failures, skipped_rows
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
@@ -88,20 +87,6 @@ def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
     if run.split == "scaffold":
         return splits.scaffold([d.smiles for d in data], run.split_sizes, run.seed)
     return splits.kfold(n, run.split_sizes, run.seed, run.fold)
-
-
-def _write_log(rows: Sequence[dict], path: Path) -> None:
-    """The CSV log of all models' epochs, rewritten whole (atomically) each time."""
-    if not rows:
-        return
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
-    # rewritten after every epoch, and its rows are in last.pt too: no fsync
-    with atomic_open(path, "w", sync=False, encoding="utf-8", newline="") as handle:
-        handle.write(buffer.getvalue())
 
 
 def _started_kernel(out: Path) -> int | None:
@@ -291,15 +276,15 @@ def _model_config(run: RunConfig, kernel_size: int) -> MoleculeModelConfig:
          "kernel_size": kernel_size})
 
 
-def _epoch_callback(log_path: Path | None, done: list[dict],
+def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
                     callback: Callable[[list[dict]], None] | None
                     ) -> Callable[[list[dict]], None]:
-    """What ``fit`` calls after each epoch: rewrite ``log_path`` (when given) with the
+    """What ``fit`` calls after each epoch: rewrite ``epoch_log`` (when given) with the
     rows of the finished members (``done``, read at call time) and the current one's,
     then call ``callback``."""
     def on_epoch(rows: list[dict]) -> None:
-        if log_path is not None:
-            _write_log([*done, *rows], log_path)
+        if epoch_log is not None:
+            epoch_log.write([*done, *rows])
         if callback is not None:
             callback(rows)
 
@@ -314,13 +299,14 @@ def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelCon
     main = distributed.world().is_main
     results: list[FitResult] = []
     done: list[dict] = []  # the log rows of the finished members
+    epoch_log = EpochLog(out / "log.csv") if main else None
     for k in range(run.ensemble_size):
         torch.manual_seed(run.train.seed + k)
         model = MoleculeModel(model_config)
         if kernel is not None:
             model.kernel.load_state_dict(kernel.state_dict())
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
-        on_epoch = _epoch_callback(out / "log.csv" if main else None, done, callback)
+        on_epoch = _epoch_callback(epoch_log, done, callback)
         result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
                      names=run.target_columns,
                      meta={"smiles_column": run.smiles_column, "member": k,
@@ -329,8 +315,8 @@ def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelCon
                      checkpoint_seconds=checkpoint_seconds)
         results.append(result)
         done += result.rows
-        if main:
-            _write_log(done, out / "log.csv")
+        if epoch_log is not None:
+            epoch_log.write(done)
     return results
 
 

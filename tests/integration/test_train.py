@@ -325,6 +325,38 @@ def test_last_checkpoint_is_written_as_often_as_asked(tmp_path, capsys, monkeypa
     assert metrics["train_seconds"] >= epoch_seconds
 
 
+@pytest.mark.parametrize(("seconds", "last_writes"), [(0.0, 4), (1e9, 1)])
+def test_best_weights_are_written_before_each_last_checkpoint(tmp_path, capsys, monkeypatch,
+                                                              seconds, last_writes):
+    """best.pt is kept in memory and written just before last.pt, so that every last.pt
+    on disk has the best epoch of its progress beside it; with a long interval both
+    are written once, after the final epoch (not at every improvement)."""
+    writes = []
+    save = checkpoint.save_checkpoint
+
+    def recording(payload, path):
+        if Path(path).name == "best.pt":
+            writes.append(("best", payload["meta"]["epoch"]))
+        else:
+            writes.append(("last", payload["progress"]["best_epoch"]))
+        return save(payload, path)
+
+    monkeypatch.setattr(loop, "save_checkpoint", recording)
+    status, _, _ = run(["train", "--data", freesolv_slice(tmp_path / "fs.csv", 30),
+                        "--target-columns", "expt", "--epochs", "4", "--patience", "5",
+                        "--output-dir", tmp_path / "run", "--checkpoint-seconds", seconds,
+                        *TINY], capsys)
+    assert status == 0
+    assert sum(kind == "last" for kind, _ in writes) == last_writes
+    for i, (kind, best_epoch) in enumerate(writes):
+        if kind == "last":  # the latest best.pt written so far is this progress's best
+            assert [e for k, e in writes[:i] if k == "best"][-1] == best_epoch
+    if seconds > 0:
+        assert [kind for kind, _ in writes] == ["best", "last"]
+    best = checkpoint.load_checkpoint(tmp_path / "run" / "model_0" / "best.pt", "model")
+    assert best["meta"]["epoch"] == writes[-1][1]
+
+
 def test_ctrl_c_mid_epoch_keeps_the_last_finished_epoch(tmp_path, capsys, monkeypatch):
     """Ctrl-C in the middle of epoch 3, with last.pt not yet due: the except path writes
     epoch 2's state (a copy taken when it finished, not the half-trained weights), and

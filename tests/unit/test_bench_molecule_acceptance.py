@@ -118,3 +118,24 @@ def test_in_turn_lines_judge_the_complete_rows_they_cover(acceptance):
     assert rows["throughput, in turn"][1:3] == ["1/2", "esol random"]
     assert rows["wall time, in turn"][1:] == ["2/2", "-", "1.10x to 1.20x", "met"]
     assert "throughput, in turn" not in _verdicts(acceptance.acceptance_table(records))
+
+
+def test_a_later_in_turn_file_replaces_the_rows_it_measures(acceptance):
+    """Several ``--in-turn`` files: a (set, split) takes every round from the last file
+    that has it, so rounds of older and newer code never mix in one median."""
+    def rnd(dataset, split, r, ratio):
+        return [{"dataset": dataset, "split": split, "seed": 10, "round": r, "tool": tool,
+                 "result": {"mol_per_s": speed, "seconds": seconds}}
+                for tool, speed, seconds in (("setattn", 1000.0 * ratio, 10.0),
+                                             ("chemprop_w96", 1000.0, 15.0),
+                                             ("chemprop", 300.0, 30.0))]
+    old = rnd("freesolv", "scaffold", 0, 1.8) + rnd("freesolv", "scaffold", 1, 1.9) \
+        + rnd("esol", "random", 0, 2.5)
+    new = rnd("freesolv", "scaffold", 0, 2.1) + rnd("freesolv", "scaffold", 1, 2.3)
+    merged = acceptance.latest_rounds([old, new])
+    ratios = acceptance.in_turn_ratios(merged)
+    assert ratios[("freesolv", "scaffold")][0] == pytest.approx(2.2)  # new rounds only
+    assert ratios[("esol", "random")][0] == pytest.approx(2.5)  # kept from the old file
+    assert len(merged) == len(new) + 3
+    assert acceptance.in_turn_ratios(acceptance.latest_rounds([new, old]))[
+        ("freesolv", "scaffold")][0] == pytest.approx(1.85)
