@@ -18,6 +18,7 @@ on the same set (``matched_width.json``), where that set has such rounds.
 
     python benchmarks/network_speed.py
     python benchmarks/network_speed.py --dataset esol --repeats 7
+    python benchmarks/network_speed.py --dataset freesolv --batch-sizes 64 96 128
 
 Timings depend on the machine and its load (printed); they are not pass/fail.
 """
@@ -80,6 +81,24 @@ def build(settings: dict[str, int], descriptor_dim: int) -> MoleculeModel:
     return MoleculeModel(MoleculeModelConfig(descriptor_dim=descriptor_dim, **settings))
 
 
+def batch_speed(sizes: list[int], packed: PackedMolecules, train: list, dim: int,
+                repeats: int) -> None:
+    """Print the default network's training speed at each batch size of ``sizes``
+    against the first, epochs of all sizes interleaved (one model per size, seeded
+    alike)."""
+    names = [f"batch {b}" for b in sizes]
+    seconds = interleaved_seconds(
+        {name: epoch_fn(build({}, dim), packed, train, b) for name, b in zip(names, sizes)},
+        repeats)
+    base = seconds[names[0]]
+    print(f"\ntraining steps of the default network, {len(train)} molecules, median of "
+          f"{repeats} interleaved epochs, 1 thread")
+    print_table(["case", "steps per epoch", "mol/s", f"vs {names[0]}"],
+                [[name, -(-len(train) // b), f"{len(train) / seconds[name]:.0f}",
+                  f"{base / seconds[name]:.2f}x"] for name, b in zip(names, sizes)])
+    print(f"\nload average {load_average()}; {time.strftime('%Y-%m-%d %H:%M')}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="bace1",
@@ -87,11 +106,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--molecules", type=int, default=None,
                         help="the first this many molecules of the set (default: all)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved epochs per case")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=None, metavar="N",
+                        help="time the default network at these batch sizes instead of "
+                        "the shapes (the first is the one compared with)")
     parser.add_argument("--in-turn", type=Path, default=IN_TURN, metavar="FILE",
                         help="matched_width.py --save records (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"argument --repeats: must be >= 1, got {args.repeats}")
+    if args.batch_sizes and min(args.batch_sizes) < 1:
+        parser.error(f"argument --batch-sizes: must be >= 1, got {min(args.batch_sizes)}")
     spec = SETS[args.dataset]
     table, labels = one_thread_split(args.dataset, args.molecules)
     dim = descriptor_count()
@@ -100,6 +124,9 @@ def main(argv: list[str] | None = None) -> None:
         data = featurize_csv(csv, "smiles", list(spec.targets), dim, use_cache=False).data
     train = [d for d in data if labels[d.row] == "train"]
     packed = PackedMolecules(train)
+    if args.batch_sizes:
+        batch_speed(args.batch_sizes, packed, train, dim, args.repeats)
+        return
     models = {name: build(settings, dim) for name, settings in CASES.items()}
     seconds = interleaved_seconds(
         {name: epoch_fn(models[name], packed, train) for name in CASES}, args.repeats)

@@ -114,14 +114,15 @@ def one_thread_split(dataset: str, molecules: int | None) -> tuple[MoleculeTable
     return table, labels
 
 
-def epoch_fn(model: MoleculeModel, packed: PackedMolecules, train: list):
-    """A function running one epoch of training steps of ``model`` over ``packed``."""
+def epoch_fn(model: MoleculeModel, packed: PackedMolecules, train: list, batch: int = BATCH):
+    """A function running one epoch of training steps of ``model`` over ``packed``, in
+    batches of ``batch`` molecules."""
     model.fit_scaling(torch.cat([d.y for d in train]),
                       torch.cat([d.descriptors for d in train]))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     order = torch.randperm(len(packed), generator=torch.Generator().manual_seed(0)).tolist()
-    batches = [order[i:i + BATCH] for i in range(0, len(order), BATCH)]
+    batches = [order[i:i + batch] for i in range(0, len(order), batch)]
 
     def run() -> None:
         for indices in batches:

@@ -69,3 +69,30 @@ def test_epochs_below_chemprops_warm_up_are_refused(bound, capsys):
     with pytest.raises(SystemExit):
         bound.main(["--epochs", "2"])
     assert "argument --epochs: must be >= 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_an_epoch_takes_one_step_per_batch_of_the_size_asked(bound, monkeypatch, batch):
+    """``epoch_fn(..., batch)``: ceil(M / batch) optimiser steps over batches of at most
+    ``batch`` molecules that together hold every training molecule once."""
+    from setattn.domains.descriptors import descriptor_count
+    from setattn.molprop.batching import PackedMolecules
+    from setattn.molprop.featurize import featurize
+    from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)N", "CCCCl", "OCC(O)CO", "C1CCNCC1", "CC#N"]
+    train = [featurize(s, descriptor_count()) for s in smiles]
+    for i, d in enumerate(train):
+        d.y = torch.tensor([[float(i)]])
+    packed = PackedMolecules(train)
+    seen = []
+    cut = packed.batch
+    monkeypatch.setattr(packed, "batch", lambda idx: seen.append(list(idx)) or cut(idx))
+    torch.manual_seed(0)
+    model = MoleculeModel(MoleculeModelConfig(descriptor_dim=descriptor_count()))
+    steps = []
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: steps.append(1))
+    bound.epoch_fn(model, packed, train, batch)()
+    assert len(steps) == -(-len(smiles) // batch) == len(seen)
+    assert max(len(s) for s in seen) <= batch
+    assert sorted(i for s in seen for i in s) == list(range(len(smiles)))
