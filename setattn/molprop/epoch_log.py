@@ -51,7 +51,7 @@ class EpochLog:
         while (keep < min(len(rows), len(self._rows))
                and rows[keep] is self._rows[keep]):
             keep += 1
-        self._rows = [*self._rows[:keep], *rows[keep:]]
+        self._rows = list(rows)
         self._lines = [*self._lines[:keep], *(_line(row) for row in rows[keep:])]
         header = _line({key: key for key in rows[0]})
         # rewritten after every epoch, and its rows are in last.pt too: no fsync

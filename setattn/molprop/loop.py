@@ -156,24 +156,22 @@ class _Training:
 
 
 class _BestCheckpoint:
-    """``best.pt``: the weights of the best epoch so far. An improvement is kept in
-    memory (a copy costs a fraction of a write); ``_LastCheckpoint`` writes it before
-    each ``last.pt``, so that a resumed run finds the best weights of the progress it
-    resumes, and ``last.pt`` is written after the final epoch and on an exception.
-    Rank 0 only."""
+    """``best.pt``: the weights of the best epoch so far, kept in memory when they
+    improve (a copy costs a fraction of a write) and written by ``_LastCheckpoint``
+    just before each ``last.pt``, so that a resumed run finds the best weights of the
+    progress it resumes. Rank 0 only."""
 
-    def __init__(self, path: Path, enabled: bool) -> None:
-        self.path, self.enabled = path, enabled
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.pending: dict | None = None  # the best epoch's payload, not yet written
 
     def improved(self, model: MoleculeModel, meta: dict, epoch: int,
                  val_metrics: dict) -> None:
         """Keep the weights of the epoch just finished and its validation metrics."""
-        if self.enabled:
-            self.pending = snapshot(
-                {"kind": "model", "config": model.config.to_dict(),
-                 "state_dict": model.state_dict(),
-                 "meta": {**meta, "epoch": epoch, "val": json_safe(val_metrics)}})
+        self.pending = snapshot(
+            {"kind": "model", "config": model.config.to_dict(),
+             "state_dict": model.state_dict(),
+             "meta": {**meta, "epoch": epoch, "val": json_safe(val_metrics)}})
 
     def write(self) -> None:
         if self.pending is not None:
@@ -400,7 +398,7 @@ def fit(
     clock, out_dir, w = time.perf_counter(), Path(out_dir), distributed.world()
     log = log if w.is_main else quiet
     training = _set_up(model, train_data, val_data, config)
-    best = _BestCheckpoint(out_dir / "best.pt", w.is_main)
+    best = _BestCheckpoint(out_dir / "best.pt")
     last = _LastCheckpoint(out_dir / "last.pt", checkpoint_seconds, w.is_main, best)
     progress = _start(training, config, last.path, resume, log, member)
     clock -= progress.seconds  # the time spent before a resumed checkpoint
@@ -410,7 +408,7 @@ def fit(
         while not progress.finished:
             better, val_metrics = _run_epoch(training, progress, val_data, cached, config,
                                              names, member)
-            if better:
+            if better and w.is_main:
                 best.improved(model, meta, progress.epoch, val_metrics)
             progress.seconds = time.perf_counter() - clock
             last.epoch_done(training, progress)
