@@ -33,7 +33,7 @@ class TrainConfig:
 
     Attributes:
         epochs: maximum number of epochs (the OneCycle schedule spans them all).
-        batch_size: molecules per batch; None (runs saved before it defaulted to 64)
+        batch_size: molecules per batch; None (runs saved before it had a default)
             uses ``legacy_batch_size``.
         lr: peak learning rate of the OneCycle schedule (AdamW).
         weight_decay: AdamW weight decay.
@@ -47,7 +47,7 @@ class TrainConfig:
     """
 
     epochs: int = option(60, "maximum number of epochs", type=int)
-    batch_size: int | None = option(64, "molecules per batch", type=int)
+    batch_size: int | None = option(96, "molecules per batch", type=int)
     lr: float = option(1e-3, "peak learning rate (AdamW, OneCycle schedule)", type=float)
     weight_decay: float = option(0.0, "AdamW weight decay", type=float)
     patience: int = option(20, "early stopping: epochs without a better validation metric",
@@ -225,7 +225,7 @@ class RunConfig:
 
 
 def legacy_batch_size(n_train: int) -> int:
-    """The batch size of runs saved with ``batch_size`` None (before it defaulted to 64):
+    """The batch size of runs saved with ``batch_size`` None (before it had a default):
     32 molecules below 2000 training molecules, else 64. ``--resume`` keeps it for them."""
     return 32 if n_train < 2000 else 64
 

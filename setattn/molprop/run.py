@@ -254,7 +254,7 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     """Refuse a run the machine has not the memory for (``limits.check_memory``); with
     ``parts``, for the largest training batch of its actual molecules."""
     m, t = run.model, run.train
-    batch = t.batch_size or 64
+    batch = t.batch_size or 64  # None: a run saved without one, legacy_batch_size <= 64
     sizes = (m.hidden, m.heads, m.layers + 1, batch, run.ensemble_size)
     if not all(isinstance(v, int) and v >= 1 for v in sizes):
         return  # out of range: ``validate`` names the flag

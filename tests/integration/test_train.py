@@ -95,10 +95,10 @@ def test_masked_loss_ignores_missing_labels(task):
 
 
 def test_batch_size_of_runs_saved_without_one():
-    """Runs saved before the batch size defaulted to 64 stored None, which ``fit`` reads
-    as the rule they trained with; new runs store 64."""
+    """Runs saved before the batch size had a default stored None, which ``fit`` reads
+    as the rule they trained with; new runs store 96."""
     assert config.legacy_batch_size(500) == 32 and config.legacy_batch_size(6000) == 64
-    assert config.TrainConfig().batch_size == 64
+    assert config.TrainConfig().batch_size == 96
 
 
 # ----------------------------------------------------------------------------
