@@ -29,6 +29,11 @@ FILE`` judges the report's cost lines on it.
     python benchmarks/matched_width.py --datasets bace1 --splits random --rounds 2
     python benchmarks/matched_width.py --save benchmarks/results/matched_width.json
     python benchmarks/matched_width.py --width 300 --datasets freesolv esol --rounds 2
+    python benchmarks/matched_width.py --print-saved benchmarks/results/matched_width_run5.json
+
+``--print-saved FILE ...`` runs nothing: it prints the same table from saved files, a
+(set, split) found in several taking its rounds from the last (as ``--in-turn`` does),
+each row naming its file.
 
 Timings depend on the machine and its load (printed); they are not pass/fail.
 """
@@ -43,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import molecule_sets  # noqa: E402
+from molecule_acceptance import latest_rounds  # noqa: E402
 from molecule_jobs import RunSettings, load_results, record_key, run_job, split_data  # noqa: E402
 from molecule_sets import SETS, SPLIT_KINDS  # noqa: E402
 from util import load_average, print_table  # noqa: E402
@@ -50,6 +56,9 @@ from util import load_average, print_table  # noqa: E402
 TOOLS = ("setattn", "chemprop_w96", "chemprop")
 WIDE_TOOLS = ("setattn", "chemprop")  # --width 300: setattn --hidden 300, chemprop's defaults
 WIDE_FLAGS = ("--hidden", "300")
+COLUMNS = ["set", "split", "seed", "rounds", "setattn train mol/s",
+           "chemprop width 96 train mol/s", "throughput ratio", "its range", "setattn s/run",
+           "chemprop s/run", "chemprop s / setattn s", "its range"]
 
 
 def _order(round_index: int, tools: tuple[str, ...] = TOOLS) -> tuple[str, ...]:
@@ -102,6 +111,43 @@ def saved_rounds(out: Path, rounds: int) -> list[dict]:
     """Every record of the first ``rounds`` rounds under ``out``, each with its ``round``."""
     return [{**rec, "round": r} for r in range(rounds)
             for rec in load_results(out / f"round{r}") if rec["tool"] in TOOLS]
+
+
+def saved_groups(records: list[dict]) -> dict[tuple[str, str, int], list[dict[str, dict]]]:
+    """Saved records (each with its ``round``) grouped by (set, split, seed): per round,
+    in round order, each tool's record; rounds missing one of the three tools are left
+    out."""
+    groups: dict[tuple[str, str, int], dict[int, dict[str, dict]]] = {}
+    for rec in records:
+        key = (rec["dataset"], rec["split"], rec["seed"])
+        groups.setdefault(key, {}).setdefault(rec["round"], {})[rec["tool"]] = rec
+    return {key: [tools for _, tools in sorted(by_round.items())
+                  if all(t in tools for t in TOOLS)]
+            for key, by_round in groups.items()}
+
+
+def saved_rows(files: list[Path]) -> list[list]:
+    """``summary_row`` for every (set, split, seed) of the saved ``files``, in the order
+    of ``SETS`` and ``SPLIT_KINDS``, each with the name of the file its rounds come from.
+
+    Raises:
+        ValueError: naming a file that is not a list of saved records.
+    """
+    loaded = []
+    for f in files:
+        records = json.loads(f.read_text())
+        if not isinstance(records, list) or not all("round" in r for r in records):
+            raise ValueError(f"{f}: not a file of matched_width.py --save (records with "
+                             "a 'round')")
+        loaded.append(records)
+    source = {(r["dataset"], r["split"]): f.name for f, recs in zip(files, loaded)
+              for r in recs}  # the last file with a (set, split), as latest_rounds
+    order = {(name, kind): i for i, (name, kind) in
+             enumerate((n, k) for n in SETS for k in SPLIT_KINDS)}
+    groups = saved_groups(latest_rounds(loaded))
+    return [[*summary_row(name, kind, seed, rounds), source[(name, kind)]]
+            for (name, kind, seed), rounds in sorted(
+                groups.items(), key=lambda kv: (order[kv[0][:2]], kv[0][2])) if rounds]
 
 
 def _values(rounds: list[dict[str, dict]], tool: str, key: str) -> list[float]:
@@ -160,7 +206,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--save", type=Path, default=None, metavar="FILE",
                         help="also write every round's records, each with its round, to "
                         "FILE (for molecules.py --in-turn)")
+    parser.add_argument("--print-saved", nargs="+", type=Path, default=None, metavar="FILE",
+                        help="run nothing: print the table of saved --save files (a set "
+                        "and split in several takes the last file's rounds)")
     args = parser.parse_args(argv)
+    if args.print_saved is not None:
+        missing = [str(f) for f in args.print_saved if not f.is_file()]
+        if missing:
+            parser.error(f"argument --print-saved: no such file: {', '.join(missing)}")
+        print_table([*COLUMNS, "records"], saved_rows(args.print_saved), markdown=True)
+        return
     if args.rounds < 1:
         parser.error(f"argument --rounds: must be >= 1, got {args.rounds}")
     if args.width == 300 and args.save is not None:
@@ -183,10 +238,7 @@ def main(argv: list[str] | None = None) -> None:
             for name in args.datasets for kind in args.splits]
     print(f"\nsetattn (defaults), chemprop 2.3.1 at width 96 and at its defaults, in turn, "
           f"{args.threads} thread(s); load average at the end {load_average()}")
-    print_table(["set", "split", "seed", "rounds", "setattn train mol/s",
-                 "chemprop width 96 train mol/s", "throughput ratio", "its range",
-                 "setattn s/run", "chemprop s/run", "chemprop s / setattn s", "its range"],
-                rows, markdown=True)
+    print_table(COLUMNS, rows, markdown=True)
     if args.save is not None:
         records = saved_rounds(args.out, args.rounds)
         args.save.write_text(json.dumps(records, indent=1) + "\n")

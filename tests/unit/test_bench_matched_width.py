@@ -83,3 +83,40 @@ def test_classification_sets_are_accepted(matched, capsys):
         matched.main(["--datasets", "tox21", "bace1_active", "--rounds", "0"])
     err = capsys.readouterr().err
     assert "--rounds" in err and "invalid choice" not in err
+
+
+def _saved(dataset: str, split: str, r: int, ours: float, theirs: float) -> list[dict]:
+    """One saved round of the three tools (``--save``'s records)."""
+    results = {"setattn": {"mol_per_s": ours, "seconds": 10.0},
+               "chemprop_w96": {"mol_per_s": theirs, "seconds": 5.0},
+               "chemprop": {"mol_per_s": 100.0, "seconds": 30.0}}
+    return [{"dataset": dataset, "split": split, "seed": 10, "round": r, "tool": t,
+             "result": res} for t, res in results.items()]
+
+
+def test_print_saved_takes_each_row_from_the_last_file(matched, tmp_path, capsys):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(_saved("freesolv", "scaffold", 0, 1800.0, 1000.0)
+                              + _saved("freesolv", "scaffold", 1, 1900.0, 1000.0)
+                              + _saved("esol", "random", 0, 3000.0, 1000.0)))
+    # new measures freesolv scaffold again; its round 1 lacks chemprop and is left out
+    new.write_text(json.dumps(_saved("freesolv", "scaffold", 0, 2500.0, 1000.0)
+                              + _saved("freesolv", "scaffold", 1, 9000.0, 1000.0)[:2]))
+    rows = matched.saved_rows([old, new])
+    assert [(r[0], r[1], r[3], r[6], r[-1]) for r in rows] == [
+        ("freesolv", "scaffold", 1, "2.50x", "new.json"),  # not mixed with old's 1.80x
+        ("esol", "random", 1, "3.00x", "old.json")]  # in SETS order, FreeSolv first
+    assert rows[0][8:12] == ["10", "30", "3.00x", "3.00x to 3.00x"]
+    matched.main(["--print-saved", str(old), str(new)])
+    out = capsys.readouterr().out
+    assert "| freesolv | scaffold | 10 | 1 | 2500 | 1000 | 2.50x" in out and "new.json" in out
+
+
+def test_print_saved_names_a_bad_or_missing_file(matched, tmp_path, capsys):
+    bad = tmp_path / "results.json"
+    bad.write_text(json.dumps([{"dataset": "esol", "tool": "setattn"}]))  # no round
+    with pytest.raises(ValueError, match="results.json: not a file of matched_width"):
+        matched.saved_rows([bad])
+    with pytest.raises(SystemExit):
+        matched.main(["--print-saved", str(tmp_path / "absent.json")])
+    assert "absent.json" in capsys.readouterr().err
