@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import molecule_sets  # noqa: E402
-from molecule_acceptance import latest_rounds  # noqa: E402
+from molecule_acceptance import by_round, latest_rounds  # noqa: E402
 from molecule_jobs import RunSettings, load_results, record_key, run_job, split_data  # noqa: E402
 from molecule_sets import SETS, SPLIT_KINDS  # noqa: E402
 from util import load_average, print_table  # noqa: E402
@@ -115,15 +115,15 @@ def saved_rounds(out: Path, rounds: int) -> list[dict]:
 
 def saved_groups(records: list[dict]) -> dict[tuple[str, str, int], list[dict[str, dict]]]:
     """Saved records (each with its ``round``) grouped by (set, split, seed): per round,
-    in round order, each tool's record; rounds missing one of the three tools are left
-    out."""
-    groups: dict[tuple[str, str, int], dict[int, dict[str, dict]]] = {}
-    for rec in records:
-        key = (rec["dataset"], rec["split"], rec["seed"])
-        groups.setdefault(key, {}).setdefault(rec["round"], {})[rec["tool"]] = rec
-    return {key: [tools for _, tools in sorted(by_round.items())
-                  if all(t in tools for t in TOOLS)]
-            for key, by_round in groups.items()}
+    in round order, each tool's ``{"result": ...}`` as ``summary_row`` reads it; rounds
+    missing one of the three tools are left out."""
+    groups: dict[tuple[str, str, int], list[dict[str, dict]]] = {}
+    for (name, kind, seed, _), tools in sorted(by_round(records).items(),
+                                               key=lambda kv: kv[0][3]):
+        if all(t in tools for t in TOOLS):
+            groups.setdefault((name, kind, seed), []).append(
+                {t: {"result": result} for t, result in tools.items()})
+    return groups
 
 
 def saved_rows(files: list[Path]) -> list[list]:
@@ -139,15 +139,14 @@ def saved_rows(files: list[Path]) -> list[list]:
         if not isinstance(records, list) or not all("round" in r for r in records):
             raise ValueError(f"{f}: not a file of matched_width.py --save (records with "
                              "a 'round')")
-        loaded.append(records)
-    source = {(r["dataset"], r["split"]): f.name for f, recs in zip(files, loaded)
-              for r in recs}  # the last file with a (set, split), as latest_rounds
+        loaded.append([{**r, "file": f.name} for r in records])
+    kept = latest_rounds(loaded)
+    source = {(r["dataset"], r["split"]): r["file"] for r in kept}
     order = {(name, kind): i for i, (name, kind) in
              enumerate((n, k) for n in SETS for k in SPLIT_KINDS)}
-    groups = saved_groups(latest_rounds(loaded))
     return [[*summary_row(name, kind, seed, rounds), source[(name, kind)]]
             for (name, kind, seed), rounds in sorted(
-                groups.items(), key=lambda kv: (order[kv[0][:2]], kv[0][2])) if rounds]
+                saved_groups(kept).items(), key=lambda kv: (order[kv[0][:2]], kv[0][2]))]
 
 
 def _values(rounds: list[dict[str, dict]], tool: str, key: str) -> list[float]:
