@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["LEVEL", "Calibration", "bounds", "calibrate", "interval_report"]
+__all__ = ["LEVEL", "Calibration", "bounds", "calibrate", "interval_report", "quantile"]
 
 LEVEL = 0.9
 """Share of molecules a prediction interval is calibrated to hold."""
@@ -72,13 +72,38 @@ class Calibration:
         return cal
 
 
-def _quantile_index(n: int, level: float) -> int | None:
-    """0-based rank of the conformal quantile among n sorted scores (None: beyond n)."""
-    k = math.ceil((n + 1) * level)
-    return k - 1 if k <= n else None
+def quantile(scores: Tensor, level: float, guarantee: bool = True) -> float:
+    """The conformal quantile of n validation scores.
+
+    Args:
+        scores: (n,) sorted ascending.
+        level: the coverage aimed at, in (0, 1).
+        guarantee: True takes the ``ceil((n + 1) * level)``-th smallest score, whose
+            coverage is at least ``level`` (in expectation ``ceil((n + 1) * level) /
+            (n + 1)``); False interpolates linearly at the 1-based position
+            ``(n + 1) * level``, whose expected coverage is ``level`` itself.
+
+    Returns:
+        The quantile; inf where the position passes n (too few scores for the level).
+    """
+    n = scores.numel()
+    position = (n + 1) * level  # 1-based
+    if guarantee:
+        rank = math.ceil(position)
+        return float(scores[rank - 1]) if rank <= n else math.inf
+    low = math.floor(position)
+    if position > n:
+        return math.inf
+    if low < 1:
+        return float(scores[0])
+    if low == n:
+        return float(scores[n - 1])
+    weight = position - low
+    return float((1 - weight) * scores[low - 1] + weight * scores[low])
 
 
-def calibrate(y: Tensor, mean: Tensor, std: Tensor, level: float = LEVEL) -> Calibration:
+def calibrate(y: Tensor, mean: Tensor, std: Tensor, level: float = LEVEL,
+              guarantee: bool = True) -> Calibration:
     """Fit the calibration on validation molecules.
 
     Args:
@@ -86,6 +111,7 @@ def calibrate(y: Tensor, mean: Tensor, std: Tensor, level: float = LEVEL) -> Cal
         mean: (M, T) predictions.
         std: (M, T) ensemble spreads (zeros for one model).
         level: the coverage to calibrate, in (0, 1).
+        guarantee: which quantile of the scores (see ``quantile``).
 
     Returns:
         The ``Calibration``.
@@ -104,8 +130,7 @@ def calibrate(y: Tensor, mean: Tensor, std: Tensor, level: float = LEVEL) -> Cal
         spread = std[ok, t].double()  # (n,)
         base = float(spread.mean()) if spread.numel() and float(spread.mean()) > 0 else 1.0
         scores = ((y[ok, t].double() - mean[ok, t].double()).abs() / (spread + base)).sort()
-        rank = _quantile_index(int(ok.sum()), level)
-        scale.append(float(scores.values[rank]) if rank is not None else math.inf)
+        scale.append(quantile(scores.values, level, guarantee))
         floor.append(base)
         sizes.append(int(ok.sum()))
     return Calibration(level=level, scale=scale, floor=floor, calibration_size=sizes)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from setattn.molprop.conformal import Calibration, bounds, calibrate, interval_report
+from setattn.molprop.conformal import Calibration, bounds, calibrate, interval_report, quantile
 
 
 def _draw(n: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -75,3 +75,26 @@ def test_bad_level_shapes_and_saved_form():
     assert math.isinf(Calibration.from_dict(saved).scale[0])
     with pytest.raises(ValueError, match="metrics.json"):
         Calibration.from_dict({"level": 0.9}, "run/metrics.json")
+
+
+def test_interpolated_quantile_positions():
+    scores = torch.arange(1.0, 10.0, dtype=torch.float64)  # (9,) sorted
+    # 1-based position (n + 1) * level: 10 * 0.85 = 8.5 lies halfway between 8 and 9
+    assert quantile(scores, 0.85, guarantee=False) == pytest.approx(8.5)
+    assert quantile(scores, 0.85, guarantee=True) == 9.0  # ceil(8.5) = 9th
+    assert quantile(scores, 0.5, guarantee=False) == 5.0  # exactly the 5th
+    assert quantile(scores, 0.9, guarantee=False) == 9.0  # position 9 = n
+    assert quantile(scores, 0.05, guarantee=False) == 1.0  # before the first: the first
+    assert math.isinf(quantile(scores[:8], 0.9, guarantee=False))  # 9 * 0.9 = 8.1 > 8
+    assert math.isinf(quantile(scores[:0], 0.9, guarantee=False))
+
+
+@pytest.mark.parametrize(("guarantee", "expected"), [(True, 19 / 21), (False, 0.9)])
+def test_expected_coverage_of_each_quantile(guarantee, expected):
+    # uniform scores: the coverage of a threshold q is q itself, so the mean of q over
+    # many calibration sets of 20 is the rule's expected coverage: ceil(21 * 0.9) / 21
+    # with the guarantee, 0.9 interpolated (the two differ by 0.0048)
+    generator = torch.Generator().manual_seed(3)
+    draws = torch.rand(20000, 20, generator=generator, dtype=torch.float64).sort(1).values
+    mean = sum(quantile(row, 0.9, guarantee) for row in draws) / len(draws)
+    assert mean == pytest.approx(expected, abs=0.0015)
