@@ -8,10 +8,12 @@ validation part, follows Beta(k, n + 1 - k) with k = ceil((n + 1) * 0.9) (Vovk e
 are exchangeable and the scores have no ties. The m test molecules then count the hits of
 Binomial(m, coverage). Both draws are small on these sets (64 validation and 64 test
 molecules on FreeSolv), so even a method with exact marginal coverage lands outside the
-band by chance. This script says how often, row by row, from the split sizes the
-benchmark's own split code makes for the seeds in the records, by simulation:
+band by chance. ``--rule interpolated`` models the quantile interpolated at position
+``(n + 1) * 0.9`` instead (``setattn.molprop.conformal.quantile``). This script says how
+often, row by row, from the split sizes the benchmark's own split code makes for the
+seeds in the records, by simulation:
 
-* ``expected``: k / (n + 1) averaged over the seeds, the mean coverage of an exact
+* ``expected``: position / (n + 1) averaged over the seeds, the mean coverage of an exact
   method;
 * ``sd of the mean``: the spread of the seeds' mean coverage;
 * ``P(in band)``: the chance that the mean lands in 88-92 %;
@@ -48,28 +50,54 @@ def part_sizes(table: MoleculeTable, kind: str, seed: int) -> tuple[int, int]:
     return labelled.count("val"), labelled.count("test")
 
 
-def simulate(sizes: list[tuple[int, int]], draws: int, rng: np.random.Generator) -> np.ndarray:
+def _position(n: int, guarantee: bool) -> float:
+    """The 1-based position of the conformal quantile among n scores (see
+    ``setattn.molprop.conformal.quantile``)."""
+    return math.ceil((n + 1) * LEVEL) if guarantee else (n + 1) * LEVEL
+
+
+def calibrated(n: int, guarantee: bool, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """(draws,) coverage of the quantile of n exchangeable validation scores, given them.
+
+    The j-th of n sorted uniform scores is A / (A + B + C) and the next (A + B) / (A + B +
+    C), with A ~ Gamma(j), B ~ Gamma(1), C ~ Gamma(n - j); the interpolated quantile at
+    j + w covers (A + w B) / (A + B + C), the guaranteed rank (w = 0) Beta(j, n + 1 - j).
+    """
+    position = _position(n, guarantee)
+    if position > n:
+        return np.ones(draws)  # too few scores: an infinite interval
+    j, w = max(math.floor(position), 1), max(position - math.floor(position), 0.0)
+    if position < 1:
+        w = 0.0  # before the first score: the first
+    a = rng.gamma(j, size=draws)  # (draws,)
+    b = rng.gamma(1.0, size=draws)  # (draws,)
+    c = rng.gamma(n - j, size=draws) if n > j else np.zeros(draws)  # (draws,)
+    return (a + w * b) / (a + b + c)
+
+
+def simulate(sizes: list[tuple[int, int]], draws: int, rng: np.random.Generator,
+             guarantee: bool = True) -> np.ndarray:
     """Mean test coverage over the seeds of an exact split-conformal method, ``draws`` times.
 
     Args:
         sizes: (validation, test) molecules of each seed's split.
         draws: simulated report runs.
         rng: the random generator.
+        guarantee: the conformal quantile (the guaranteed rank, or interpolated).
 
     Returns:
         (draws,) mean coverage over the seeds.
     """
     total = np.zeros(draws)
     for n, m in sizes:
-        k = math.ceil((n + 1) * LEVEL)
-        coverage = rng.beta(k, n + 1 - k, size=draws)  # (draws,) given the calibration part
+        coverage = calibrated(n, guarantee, draws, rng)  # (draws,) given the calibration
         total += rng.binomial(m, coverage) / m  # (draws,) share of test hits
     return total / len(sizes)
 
 
-def expected_coverage(sizes: list[tuple[int, int]]) -> float:
-    """k / (n + 1) averaged over the seeds' validation sizes n."""
-    return statistics.fmean(math.ceil((n + 1) * LEVEL) / (n + 1) for n, _ in sizes)
+def expected_coverage(sizes: list[tuple[int, int]], guarantee: bool = True) -> float:
+    """position / (n + 1) averaged over the seeds' validation sizes n."""
+    return statistics.fmean(_position(n, guarantee) / (n + 1) for n, _ in sizes)
 
 
 def _span(values: list[int]) -> str:
@@ -77,7 +105,8 @@ def _span(values: list[int]) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def noise_rows(records: list[dict], draws: int, seed: int) -> tuple[list[list[str]], float]:
+def noise_rows(records: list[dict], draws: int, seed: int, guarantee: bool = True
+               ) -> tuple[list[list[str]], float]:
     """One table row per complete regression (set, split) row of the records, and the
     chance that an exact method has every row in the band (rows independent)."""
     rows, _ = complete_rows(records)
@@ -90,8 +119,8 @@ def noise_rows(records: list[dict], draws: int, seed: int) -> tuple[list[list[st
         ours = [r for r in runs["setattn"] if r["result"].get("coverage") is not None]
         table = load_set(name)
         sizes = [part_sizes(table, kind, r["seed"]) for r in ours]
-        means = simulate(sizes, draws, rng)  # (draws,)
-        expected, spread = expected_coverage(sizes), float(means.std())
+        means = simulate(sizes, draws, rng, guarantee)  # (draws,)
+        expected, spread = expected_coverage(sizes, guarantee), float(means.std())
         observed = statistics.fmean(r["result"]["coverage"] for r in ours)
         inside = float(((means >= low) & (means <= high)).mean())
         all_inside *= inside
@@ -109,6 +138,8 @@ def main() -> None:
                         help="records of benchmarks/molecules.py (its results.json)")
     parser.add_argument("--draws", type=int, default=200_000, help="simulated report runs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulation")
+    parser.add_argument("--rule", choices=("guarantee", "interpolated"), default="guarantee",
+                        help="the conformal quantile the records were calibrated with")
     args = parser.parse_args()
     try:
         records = json.loads(args.results.read_text())
@@ -116,8 +147,9 @@ def main() -> None:
         parser.error(f"argument --results: cannot read {args.results}: {err}")
     header = ["set", "split", "seeds", "validation n", "test m", "expected",
               "sd of the mean", "P(in band)", "observed", "z"]
-    print(f"records: {args.results}; {args.draws:,} simulated runs of an exact method")
-    rows, all_inside = noise_rows(records, args.draws, args.seed)
+    print(f"records: {args.results}; {args.draws:,} simulated runs of an exact method, "
+          f"quantile: {args.rule}")
+    rows, all_inside = noise_rows(records, args.draws, args.seed, args.rule == "guarantee")
     print_table(header, rows, markdown=True)
     print(f"\nchance that an exact method has all {len(rows)} rows in the band: {all_inside:.0%}")
 

@@ -10,8 +10,7 @@ expectation). Trains nothing.
 
 * Default: each run's test coverage with both quantiles, per set and split as the mean
   over seeds. It first checks that the folder reproduces the run's record: its test
-  metric and its coverage with the quantile the run used (``rule`` in metrics.json's
-  calibration; ``guarantee`` where the run is older than that key).
+  metric and its coverage with the quantile runs use (``guarantee``).
 * ``--halves N`` (development runs, ``--report val``): the validation molecules only,
   split N times at random into two halves (a random split molecule by molecule, a
   scaffold split by whole Bemis-Murcko scaffold groups); each half calibrates and the
@@ -127,15 +126,15 @@ def _rmse(part: Part) -> float:
 
 def check_record(run: SavedRun) -> dict:
     """What the reload reproduces of the run's record: its test RMSE and its coverage with
-    the quantile it used. Raises SystemExit where the RMSE differs by more than 1e-5."""
+    the guaranteed rank, which runs use. Raises SystemExit where the RMSE differs by more
+    than 1e-5."""
     recorded = run.metrics["test"]["rmse"]
     again = _rmse(run.test)
     if abs(again - recorded) > 1e-5 * max(1.0, abs(recorded)):
         raise SystemExit(f"{run.folder}: reloaded test RMSE {again:.6f}, the record has "
                          f"{recorded:.6f}: not the run's models or data")
-    used = run.metrics["uncertainty"]["calibration"].get("rule", "guarantee")
-    cal = conformal.calibrate(run.val.y, run.val.mean, run.val.std, guarantee=RULES[used])
-    return {"rule": used, "recorded": run.metrics["uncertainty"]["test"]["coverage"],
+    cal = conformal.calibrate(run.val.y, run.val.mean, run.val.std)
+    return {"recorded": run.metrics["uncertainty"]["test"]["coverage"],
             "again": coverage(cal, run.test)}
 
 
@@ -170,13 +169,18 @@ def halves(part: Part, kind: str, rng: np.random.Generator) -> tuple[np.ndarray,
 
 
 def half_coverages(run: SavedRun, repeats: int, seed: int = 0) -> dict[str, list[float]]:
-    """Coverage of each rule over ``repeats`` halvings of the validation part, both ways."""
+    """Coverage of each rule over ``repeats`` halvings of the validation part, both ways;
+    under ``"exchangeable"`` what the guaranteed rank would cover in expectation on
+    exchangeable molecules, ``ceil((n + 1) * 0.9) / (n + 1)`` for each calibrating half's
+    n (its molecules: the regression sets here have one target)."""
     rng = np.random.default_rng(seed)
-    out: dict[str, list[float]] = {name: [] for name in RULES}
+    out: dict[str, list[float]] = {name: [] for name in [*RULES, "exchangeable"]}
     for _ in range(repeats):
         a, b = halves(run.val, run.split, rng)
         for cal_rows, eval_rows in ((a, b), (b, a)):
             cal_part, eval_part = _subset(run.val, cal_rows), _subset(run.val, eval_rows)
+            n = len(cal_rows)
+            out["exchangeable"].append(math.ceil((n + 1) * conformal.LEVEL) / (n + 1))
             for name, flag in RULES.items():
                 cal = conformal.calibrate(cal_part.y, cal_part.mean, cal_part.std,
                                           guarantee=flag)
@@ -213,31 +217,35 @@ def report_table(runs: list[SavedRun]) -> tuple[list[list[str]], dict]:
 
 def halves_table(runs: list[SavedRun], repeats: int) -> tuple[list[list[str]], dict]:
     """Rows of the development table (mean over seeds and halvings) and the rule's
-    summary: mean |coverage - 90 %| per rule and the lowest candidate row."""
+    summary: mean |coverage - 90 %| per rule, the lowest candidate row, and each row's
+    unrounded means."""
     grouped: dict[tuple[str, str], list[SavedRun]] = defaultdict(list)
     for run in runs:
         grouped[(run.dataset, run.split)].append(run)
     rows, gaps = [], {name: [] for name in RULES}
+    unrounded: dict[str, dict[str, float]] = {}
     lowest = math.inf
     for (dataset, kind), members in sorted(grouped.items()):
         members.sort(key=lambda r: r.seed)
-        pooled: dict[str, list[float]] = {name: [] for name in RULES}
+        pooled: dict[str, list[float]] = {name: [] for name in [*RULES, "exchangeable"]}
         sizes = []
         for r in members:
             for name, values in half_coverages(r, repeats).items():
                 pooled[name].extend(values)
             sizes.append(len(r.val.smiles))
         means = {name: statistics.fmean(v) for name, v in pooled.items()}
+        unrounded[f"{dataset} {kind}"] = means
         for name in RULES:
             gaps[name].append(abs(means[name] - conformal.LEVEL))
         lowest = min(lowest, means["interpolated"])
         rows.append([dataset, kind, " ".join(str(r.seed) for r in members),
-                     " ".join(str(s) for s in sizes), _pct(means["guarantee"]),
-                     _pct(means["interpolated"]),
+                     " ".join(str(s) for s in sizes), _pct(means["exchangeable"]),
+                     _pct(means["guarantee"]), _pct(means["interpolated"]),
                      _pct(statistics.pstdev(pooled["guarantee"])),
                      _pct(statistics.pstdev(pooled["interpolated"]))])
     summary = {name: statistics.fmean(v) for name, v in gaps.items()}
     summary["lowest interpolated row"] = lowest
+    summary["rows"] = unrounded
     return rows, summary
 
 
@@ -259,16 +267,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"reloaded {folder}", flush=True)
     if args.halves:
         rows, summary = halves_table(runs, args.halves)
-        print_table(["set", "split", "seeds", "validation molecules", "guarantee",
-                     "interpolated", "sd guarantee", "sd interpolated"], rows)
+        print_table(["set", "split", "seeds", "validation molecules",
+                     "guarantee if exchangeable", "guarantee", "interpolated", "sd guarantee",
+                     "sd interpolated"], rows, markdown=True)
         print(f"\nmean |coverage - 90%| over rows: guarantee {100 * summary['guarantee']:.2f} "
               f"points, interpolated {100 * summary['interpolated']:.2f} points; lowest "
-              f"interpolated row {_pct(summary['lowest interpolated row'])}")
+              f"interpolated row {100 * summary['lowest interpolated row']:.2f}%")
         saved = {"rows": rows, "summary": summary}
     else:
         rows, saved = report_table(runs)
         print_table(["set", "split", "seeds", "recorded coverage", "reproduced",
-                     "guarantee", "interpolated", "interpolated in 88-92%"], rows)
+                     "guarantee", "interpolated", "interpolated in 88-92%"], rows,
+                    markdown=True)
     if args.save:
         args.save.write_text(json.dumps(saved, indent=1))
 

@@ -39,3 +39,16 @@ def test_averaging_seeds_shrinks_the_spread(noise):
     one = noise.simulate([(64, 64)], 100_000, rng).std()
     five = noise.simulate([(64, 64)] * 5, 100_000, rng).std()
     assert five == pytest.approx(one / math.sqrt(5), rel=0.03)
+
+
+@pytest.mark.parametrize("n", [31, 64, 113])
+def test_interpolated_rule_aims_at_the_level(noise, n):
+    draws = noise.calibrated(n, False, 200_000, np.random.default_rng(3))
+    assert noise.expected_coverage([(n, 10)], guarantee=False) == pytest.approx(0.9)
+    assert draws.mean() == pytest.approx(0.9, abs=0.001)
+    # it never covers more than the guaranteed rank, which is one score further or equal
+    assert draws.mean() <= noise.calibrated(n, True, 200_000, np.random.default_rng(3)).mean()
+
+
+def test_too_few_scores_cover_everything(noise):
+    assert (noise.calibrated(8, False, 10, np.random.default_rng(0)) == 1.0).all()
