@@ -160,11 +160,11 @@ def halves(part: Part, kind: str, rng: np.random.Generator) -> tuple[np.ndarray,
     groups: dict[str, list[int]] = defaultdict(list)
     for i, smi in enumerate(part.smiles):
         groups[splits.murcko_scaffold(smi)].append(i)
+    members = list(groups.values())
     first: list[int] = []
     second: list[int] = []
-    for g in rng.permutation(len(groups)):
-        members = list(groups.values())[g]
-        (first if len(first) <= len(second) else second).extend(members)
+    for g in rng.permutation(len(members)):
+        (first if len(first) <= len(second) else second).extend(members[g])
     return np.sort(np.array(first)), np.sort(np.array(second))
 
 
