@@ -59,19 +59,21 @@ def _position(n: int, guarantee: bool) -> float:
 def calibrated(n: int, guarantee: bool, draws: int, rng: np.random.Generator) -> np.ndarray:
     """(draws,) coverage of the quantile of n exchangeable validation scores, given them.
 
-    The j-th of n sorted uniform scores is A / (A + B + C) and the next (A + B) / (A + B +
-    C), with A ~ Gamma(j), B ~ Gamma(1), C ~ Gamma(n - j); the interpolated quantile at
-    j + w covers (A + w B) / (A + B + C), the guaranteed rank (w = 0) Beta(j, n + 1 - j).
+    The j-th of n sorted uniform scores covers Beta(j, n + 1 - j) (the guaranteed rank,
+    or a position that is a whole number); between the j-th and the next, at j + w, the
+    interpolated quantile covers (A + w B) / (A + B + C) with A ~ Gamma(j), B ~ Gamma(1)
+    and C ~ Gamma(n - j), as those two scores are A / (A + B + C) and (A + B) / (A + B + C).
     """
     position = _position(n, guarantee)
     if position > n:
         return np.ones(draws)  # too few scores: an infinite interval
-    j, w = max(math.floor(position), 1), max(position - math.floor(position), 0.0)
-    if position < 1:
-        w = 0.0  # before the first score: the first
+    j = max(math.floor(position), 1)  # before the first score: the first
+    w = position - j if position >= 1 else 0.0
+    if w == 0:
+        return rng.beta(j, n + 1 - j, size=draws)
     a = rng.gamma(j, size=draws)  # (draws,)
     b = rng.gamma(1.0, size=draws)  # (draws,)
-    c = rng.gamma(n - j, size=draws) if n > j else np.zeros(draws)  # (draws,)
+    c = rng.gamma(n - j, size=draws)  # (draws,); n > j, as j < position <= n
     return (a + w * b) / (a + b + c)
 
 
