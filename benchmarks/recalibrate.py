@@ -80,6 +80,8 @@ def _read_table(path: Path, digest: str, smiles_column: str, targets: list[str]
                 ) -> tuple[list[str], np.ndarray]:
     """SMILES and (N, T) float targets (NaN where empty) of a benchmark CSV, after
     checking it is the file the run read (its sha256 in split.json)."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: the run's data file is missing (named in its split.json)")
     if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
         raise SystemExit(f"{path}: not the file the run read (sha256 differs from split.json)")
     with path.open(newline="") as handle:
@@ -88,11 +90,13 @@ def _read_table(path: Path, digest: str, smiles_column: str, targets: list[str]
     return [r[smiles_column] for r in rows], np.asarray(values, dtype=np.float64)
 
 
-def _part(models: list, smiles: list[str], y: np.ndarray, rows: list[int]) -> Part:
+def _part(models: list, smiles: list[str], y: np.ndarray, rows: list[int], folder: Path
+          ) -> Part:
     chosen = [smiles[i] for i in rows]
     mean, std, errors = predict_smiles(models, chosen)  # (M, T) each
     if any(errors):
-        raise SystemExit(f"a saved split holds a SMILES that no longer parses: {errors}")
+        raise SystemExit(f"{folder}: its split holds SMILES that no longer parse: "
+                         f"{[e for e in errors if e]}")
     return Part(chosen, torch.from_numpy(y[rows]).to(mean.dtype), mean, std)
 
 
@@ -108,7 +112,8 @@ def load_saved(folder: Path) -> SavedRun:
     column = config["split_column"]
     kind = column.rstrip("0123456789")
     return SavedRun(folder, folder.parent.parent.name, kind, int(column[len(kind):]), metrics,
-                    _part(models, smiles, y, split["val"]), _part(models, smiles, y, split["test"]))
+                    _part(models, smiles, y, split["val"], folder),
+                    _part(models, smiles, y, split["test"], folder))
 
 
 def coverage(cal: conformal.Calibration, part: Part) -> float:
@@ -120,6 +125,7 @@ def coverage(cal: conformal.Calibration, part: Part) -> float:
 
 
 def _rmse(part: Part) -> float:
+    """RMSE over the part's labels (the benchmark's regression sets have one target)."""
     ok = ~torch.isnan(part.y)  # (M, T)
     return float(((part.y - part.mean)[ok].double().square().mean()).sqrt())
 

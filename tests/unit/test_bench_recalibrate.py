@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -81,3 +82,15 @@ def test_check_record_reproduces_or_names_the_folder(recal):
     assert check == {"recorded": cover, "again": cover}
     with pytest.raises(SystemExit, match="run: reloaded test RMSE"):
         recal.check_record(_saved(recal, val, test, rmse + 0.01, cover))
+
+
+def test_a_missing_or_changed_data_file_is_named(recal, tmp_path):
+    path = tmp_path / "data.csv"
+    with pytest.raises(SystemExit, match="data.csv: the run's data file is missing"):
+        recal._read_table(path, "0" * 64, "smiles", ["y"])
+    path.write_text("smiles,y\nCCO,1.5\nCCN,\n")
+    with pytest.raises(SystemExit, match="data.csv: not the file the run read"):
+        recal._read_table(path, "0" * 64, "smiles", ["y"])
+    smiles, y = recal._read_table(path, hashlib.sha256(path.read_bytes()).hexdigest(),
+                                  "smiles", ["y"])
+    assert smiles == ["CCO", "CCN"] and y[0, 0] == 1.5 and np.isnan(y[1, 0])
