@@ -4,19 +4,17 @@ The interval step comes after training (``setattn.molprop.conformal``): the vali
 molecules' normalised errors give the scale of each interval. This script reloads the
 ensembles that ``benchmarks/molecules.py`` saved in its ``--out`` folders
 (``<set>/<split column>_<part>/setattn/``), predicts their validation and test
-molecules again, and calibrates both ways: ``guarantee`` (the ``ceil((n + 1) * 0.9)``-th
-score, coverage at least 90 %) and ``interpolated`` (position ``(n + 1) * 0.9``, 90 % in
+molecules again (checking that they reproduce the run's recorded test RMSE and coverage),
+and calibrates both ways: ``guarantee`` (the ``ceil((n + 1) * 0.9)``-th score, coverage
+at least 90 %, what runs use) and ``interpolated`` (position ``(n + 1) * 0.9``, 90 % in
 expectation). Trains nothing.
 
-* Default: each run's test coverage with both quantiles, per set and split as the mean
-  over seeds. It first checks that the folder reproduces the run's record: its test
-  metric and its coverage with the quantile runs use (``guarantee``).
-* ``--halves N`` (development runs, ``--report val``): the validation molecules only,
-  split N times at random into two halves (a random split molecule by molecule, a
-  scaffold split by whole Bemis-Murcko scaffold groups); each half calibrates and the
-  other is scored, both ways. A row's coverage is the mean of all its evaluations.
+It is meant for development runs (``--report val``) and reads their validation molecules
+only: ``--halves N`` splits them N times at random into two halves (a random split
+molecule by molecule, a scaffold split by whole Bemis-Murcko scaffold groups); each half
+calibrates and the other is scored, both ways. A row's coverage is the mean of all its
+evaluations.
 
-    python benchmarks/recalibrate.py --runs runs/report7_a_small runs/report7_b_small
     python benchmarks/recalibrate.py --halves 500 --runs runs/dev_cov_a runs/dev_cov_b
 """
 
@@ -34,14 +32,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from coverage_noise import expected_coverage
 from util import print_table
 
 from setattn.molprop import conformal, splits
 from setattn.molprop.checkpoint import load_run
+from setattn.molprop.metrics import regression_metrics
 from setattn.molprop.predict import predict_smiles
 
 RULES = {"guarantee": True, "interpolated": False}  # name -> conformal's guarantee flag
-BAND = (0.88, 0.92)
 
 
 @dataclass
@@ -116,39 +115,19 @@ def load_saved(folder: Path) -> SavedRun:
                     _part(models, smiles, y, split["test"], folder))
 
 
-def coverage(cal: conformal.Calibration, part: Part) -> float:
-    """Share of the part's labels inside their interval."""
-    lower, upper = conformal.bounds(part.mean, part.std, cal)  # (M, T) each
-    ok = ~torch.isnan(part.y)  # (M, T)
-    hit = (part.y >= lower) & (part.y <= upper) & ok  # (M, T)
-    return float(hit.sum()) / max(int(ok.sum()), 1)
-
-
-def _rmse(part: Part) -> float:
-    """RMSE over the part's labels (the benchmark's regression sets have one target)."""
-    ok = ~torch.isnan(part.y)  # (M, T)
-    return float(((part.y - part.mean)[ok].double().square().mean()).sqrt())
-
-
 def check_record(run: SavedRun) -> dict:
     """What the reload reproduces of the run's record: its test RMSE and its coverage with
     the guaranteed rank, which runs use. Raises SystemExit where the RMSE differs by more
     than 1e-5."""
     recorded = run.metrics["test"]["rmse"]
-    again = _rmse(run.test)
+    names = [str(t) for t in range(run.test.y.shape[1])]
+    again = regression_metrics(run.test.y, run.test.mean, names, "test part")["rmse"]
     if abs(again - recorded) > 1e-5 * max(1.0, abs(recorded)):
         raise SystemExit(f"{run.folder}: reloaded test RMSE {again:.6f}, the record has "
                          f"{recorded:.6f}: not the run's models or data")
     cal = conformal.calibrate(run.val.y, run.val.mean, run.val.std)
     return {"recorded": run.metrics["uncertainty"]["test"]["coverage"],
-            "again": coverage(cal, run.test)}
-
-
-def test_coverages(run: SavedRun) -> dict[str, float]:
-    """Test coverage with each rule, calibrated on the whole validation part."""
-    return {name: coverage(conformal.calibrate(run.val.y, run.val.mean, run.val.std,
-                                               guarantee=flag), run.test)
-            for name, flag in RULES.items()}
+            "again": conformal.coverage(run.test.y, run.test.mean, run.test.std, cal)}
 
 
 def _subset(part: Part, rows: np.ndarray) -> Part:
@@ -177,48 +156,25 @@ def halves(part: Part, kind: str, rng: np.random.Generator) -> tuple[np.ndarray,
 def half_coverages(run: SavedRun, repeats: int, seed: int = 0) -> dict[str, list[float]]:
     """Coverage of each rule over ``repeats`` halvings of the validation part, both ways;
     under ``"exchangeable"`` what the guaranteed rank would cover in expectation on
-    exchangeable molecules, ``ceil((n + 1) * 0.9) / (n + 1)`` for each calibrating half's
-    n (its molecules: the regression sets here have one target)."""
+    exchangeable molecules (``coverage_noise.expected_coverage``) for each calibrating
+    half's n (its molecules: the regression sets here have one target)."""
     rng = np.random.default_rng(seed)
     out: dict[str, list[float]] = {name: [] for name in [*RULES, "exchangeable"]}
     for _ in range(repeats):
         a, b = halves(run.val, run.split, rng)
         for cal_rows, eval_rows in ((a, b), (b, a)):
             cal_part, eval_part = _subset(run.val, cal_rows), _subset(run.val, eval_rows)
-            n = len(cal_rows)
-            out["exchangeable"].append(math.ceil((n + 1) * conformal.LEVEL) / (n + 1))
+            out["exchangeable"].append(expected_coverage([(len(cal_rows), len(eval_rows))]))
             for name, flag in RULES.items():
                 cal = conformal.calibrate(cal_part.y, cal_part.mean, cal_part.std,
                                           guarantee=flag)
-                out[name].append(coverage(cal, eval_part))
+                out[name].append(conformal.coverage(eval_part.y, eval_part.mean,
+                                                    eval_part.std, cal))
     return out
 
 
 def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
-
-
-def report_table(runs: list[SavedRun]) -> tuple[list[list[str]], dict]:
-    """Rows of the test-coverage table (mean over seeds per set and split) and the
-    per-run numbers."""
-    per_run, rows = {}, []
-    grouped: dict[tuple[str, str], list[SavedRun]] = defaultdict(list)
-    for run in runs:
-        grouped[(run.dataset, run.split)].append(run)
-    for (dataset, kind), members in sorted(grouped.items()):
-        members.sort(key=lambda r: r.seed)
-        checks = [check_record(r) for r in members]
-        cover = [test_coverages(r) for r in members]
-        for r, c, ch in zip(members, cover, checks, strict=True):
-            per_run[f"{dataset} {kind} {r.seed}"] = {**c, "check": ch}
-        means = {name: statistics.fmean(c[name] for c in cover) for name in RULES}
-        same = sum(abs(ch["again"] - ch["recorded"]) < 1e-9 for ch in checks)
-        rows.append([dataset, kind, " ".join(str(r.seed) for r in members),
-                     _pct(statistics.fmean(ch["recorded"] for ch in checks)),
-                     f"{same}/{len(checks)}", _pct(means["guarantee"]),
-                     _pct(means["interpolated"]),
-                     "yes" if BAND[0] <= round(means["interpolated"], 3) <= BAND[1] else "no"])
-    return rows, per_run
 
 
 def halves_table(runs: list[SavedRun], repeats: int) -> tuple[list[list[str]], dict]:
@@ -259,34 +215,33 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", nargs="+", type=Path, required=True,
                         help="benchmark --out folders holding saved setattn runs")
-    parser.add_argument("--halves", type=int, default=0,
-                        help="development mode: this many halvings of each validation part")
-    parser.add_argument("--save", type=Path, help="write the per-run numbers here (JSON)")
+    parser.add_argument("--halves", type=int, default=500,
+                        help="halvings of each validation part (default 500)")
+    parser.add_argument("--save", type=Path, help="write the table and its summary here (JSON)")
     args = parser.parse_args(argv)
+    if args.halves < 1:
+        parser.error(f"argument --halves: must be >= 1, got {args.halves}")
     torch.set_num_threads(1)
     runs = []
     for folder in run_folders(args.runs):
         run = load_saved(folder)
         if run.metrics["task"] != "regression":
             continue
+        check = check_record(run)
+        if check["again"] != check["recorded"]:
+            raise SystemExit(f"{folder}: reloaded coverage {check['again']}, the record has "
+                             f"{check['recorded']}")
         runs.append(run)
-        print(f"reloaded {folder}", flush=True)
-    if args.halves:
-        rows, summary = halves_table(runs, args.halves)
-        print_table(["set", "split", "seeds", "validation molecules",
-                     "guarantee if exchangeable", "guarantee", "interpolated", "sd guarantee",
-                     "sd interpolated"], rows, markdown=True)
-        print(f"\nmean |coverage - 90%| over rows: guarantee {100 * summary['guarantee']:.2f} "
-              f"points, interpolated {100 * summary['interpolated']:.2f} points; lowest "
-              f"interpolated row {100 * summary['lowest interpolated row']:.2f}%")
-        saved = {"rows": rows, "summary": summary}
-    else:
-        rows, saved = report_table(runs)
-        print_table(["set", "split", "seeds", "recorded coverage", "reproduced",
-                     "guarantee", "interpolated", "interpolated in 88-92%"], rows,
-                    markdown=True)
+        print(f"reloaded {folder}: its recorded RMSE and coverage reproduced", flush=True)
+    rows, summary = halves_table(runs, args.halves)
+    print_table(["set", "split", "seeds", "validation molecules", "guarantee if exchangeable",
+                 "guarantee", "interpolated", "sd guarantee", "sd interpolated"], rows,
+                markdown=True)
+    print(f"\nmean |coverage - 90%| over rows: guarantee {100 * summary['guarantee']:.2f} "
+          f"points, interpolated {100 * summary['interpolated']:.2f} points; lowest "
+          f"interpolated row {100 * summary['lowest interpolated row']:.2f}%")
     if args.save:
-        args.save.write_text(json.dumps(saved, indent=1))
+        args.save.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
 
 
 if __name__ == "__main__":

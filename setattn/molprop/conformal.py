@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["LEVEL", "Calibration", "bounds", "calibrate", "interval_report", "quantile"]
+__all__ = ["LEVEL", "Calibration", "bounds", "calibrate", "coverage", "interval_report",
+           "quantile"]
 
 LEVEL = 0.9
 """Share of molecules a prediction interval is calibrated to hold."""
@@ -151,6 +152,16 @@ def _finite(values: Tensor) -> float | None:
     return mean if math.isfinite(mean) else None
 
 
+def coverage(y: Tensor, mean: Tensor, std: Tensor, cal: Calibration) -> float | None:
+    """Share of the labels of ``y`` (M, T; NaN where missing) inside their interval, pooled
+    over the targets; None where there is no label. ``mean`` and ``std`` are (M, T)."""
+    lower, upper = bounds(mean, std, cal)  # (M, T) each
+    ok = ~torch.isnan(y)  # (M, T)
+    hit = (y >= lower) & (y <= upper) & ok  # (M, T)
+    labelled = int(ok.sum())
+    return float(hit.sum()) / labelled if labelled else None
+
+
 def interval_report(y: Tensor, mean: Tensor, std: Tensor, cal: Calibration) -> dict:
     """How the intervals did on labelled molecules (e.g. the test part).
 
@@ -167,7 +178,7 @@ def interval_report(y: Tensor, mean: Tensor, std: Tensor, cal: Calibration) -> d
         where std is constant, e.g. one model).
     """
     lower, upper = bounds(mean, std, cal)  # (M, T) each
-    per_target, inside, widths = [], [], []
+    per_target, widths = [], []
     for t in range(y.shape[1]):
         ok = ~torch.isnan(y[:, t])  # (M,)
         hit = (y[ok, t] >= lower[ok, t]) & (y[ok, t] <= upper[ok, t])  # (n,)
@@ -182,12 +193,11 @@ def interval_report(y: Tensor, mean: Tensor, std: Tensor, cal: Calibration) -> d
         per_target.append({"coverage": float(hit.double().mean()) if hit.numel() else None,
                            "mean_width": _finite(width),
                            "spearman": rho, "molecules": int(ok.sum())})
-        inside.append(hit)
         widths.append(width)
-    hits, spans = torch.cat(inside), torch.cat(widths)  # (L,) over all labels
+    spans = torch.cat(widths)  # (L,) over all labels
     rhos = [p["spearman"] for p in per_target if p["spearman"] is not None]
     return {"level": cal.level,
-            "coverage": float(hits.double().mean()) if hits.numel() else None,
+            "coverage": coverage(y, mean, std, cal),
             "mean_width": _finite(spans),
             "spearman": sum(rhos) / len(rhos) if rhos else None,
             "per_target": per_target}

@@ -77,7 +77,7 @@ def test_check_record_reproduces_or_names_the_folder(recal):
     val, test = _part(recal, ["C"] * 50, seed=4), _part(recal, ["C"] * 30, seed=5)
     rmse = float((test.y - test.mean).square().mean().sqrt())
     cal = conformal.calibrate(val.y, val.mean, val.std)
-    cover = recal.coverage(cal, test)
+    cover = conformal.coverage(test.y, test.mean, test.std, cal)
     check = recal.check_record(_saved(recal, val, test, rmse, cover))
     assert check == {"recorded": cover, "again": cover}
     with pytest.raises(SystemExit, match="run: reloaded test RMSE"):
