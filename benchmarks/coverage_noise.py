@@ -9,7 +9,12 @@ are exchangeable and the scores have no ties. The m test molecules then count th
 Binomial(m, coverage). Both draws are small on these sets (64 validation and 64 test
 molecules on FreeSolv), so even a method with exact marginal coverage lands outside the
 band by chance. ``--rule interpolated`` models the quantile interpolated at position
-``(n + 1) * 0.9`` instead (``setattn.molprop.conformal.quantile``). This script says how
+``(n + 1) * 0.9`` instead (``setattn.molprop.conformal.quantile``).
+``--calibration-scale S`` asks what more calibration molecules would buy: S times as
+many exchangeable scores as each validation part has (for example S = 3 for three members
+each calibrated on its own validation fold, an approximation of CV+), ``inf`` for an
+interval whose coverage given the calibration is exactly the expected one, so that only
+the test draw is left. This script says how
 often, row by row, from the split sizes the benchmark's own split code makes for the
 seeds in the records, by simulation:
 
@@ -23,6 +28,8 @@ seeds in the records, by simulation:
 
     python benchmarks/coverage_noise.py
     python benchmarks/coverage_noise.py --results benchmarks/results/molecules_report.json
+    python benchmarks/coverage_noise.py --results benchmarks/results/molecules_report7.json \
+        --calibration-scale inf
 """
 
 from __future__ import annotations
@@ -56,14 +63,24 @@ def _position(n: int, guarantee: bool) -> float:
     return math.ceil((n + 1) * LEVEL) if guarantee else (n + 1) * LEVEL
 
 
-def calibrated(n: int, guarantee: bool, draws: int, rng: np.random.Generator) -> np.ndarray:
-    """(draws,) coverage of the quantile of n exchangeable validation scores, given them.
+def calibration_size(n: int, scale: float) -> int | None:
+    """Scores calibrating a part of n validation molecules when there are ``scale`` times
+    as many (None: infinitely many)."""
+    return None if math.isinf(scale) else max(round(n * scale), 1)
+
+
+def calibrated(n: int | None, guarantee: bool, draws: int, rng: np.random.Generator
+               ) -> np.ndarray:
+    """(draws,) coverage of the quantile of n exchangeable validation scores, given them
+    (n None: infinitely many, which cover exactly the level).
 
     The j-th of n sorted uniform scores covers Beta(j, n + 1 - j) (the guaranteed rank,
     or a position that is a whole number); between the j-th and the next, at j + w, the
     interpolated quantile covers (A + w B) / (A + B + C) with A ~ Gamma(j), B ~ Gamma(1)
     and C ~ Gamma(n - j), as those two scores are A / (A + B + C) and (A + B) / (A + B + C).
     """
+    if n is None:
+        return np.full(draws, LEVEL)
     position = _position(n, guarantee)
     if position > n:
         return np.ones(draws)  # too few scores: an infinite interval
@@ -78,7 +95,7 @@ def calibrated(n: int, guarantee: bool, draws: int, rng: np.random.Generator) ->
 
 
 def simulate(sizes: list[tuple[int, int]], draws: int, rng: np.random.Generator,
-             guarantee: bool = True) -> np.ndarray:
+             guarantee: bool = True, scale: float = 1.0) -> np.ndarray:
     """Mean test coverage over the seeds of an exact split-conformal method, ``draws`` times.
 
     Args:
@@ -86,20 +103,27 @@ def simulate(sizes: list[tuple[int, int]], draws: int, rng: np.random.Generator,
         draws: simulated report runs.
         rng: the random generator.
         guarantee: the conformal quantile (the guaranteed rank, or interpolated).
+        scale: calibration scores per validation molecule (``calibration_size``).
 
     Returns:
         (draws,) mean coverage over the seeds.
     """
     total = np.zeros(draws)
     for n, m in sizes:
-        coverage = calibrated(n, guarantee, draws, rng)  # (draws,) given the calibration
+        scores = calibration_size(n, scale)
+        coverage = calibrated(scores, guarantee, draws, rng)  # (draws,) given the calibration
         total += rng.binomial(m, coverage) / m  # (draws,) share of test hits
     return total / len(sizes)
 
 
-def expected_coverage(sizes: list[tuple[int, int]], guarantee: bool = True) -> float:
-    """position / (n + 1) averaged over the seeds' validation sizes n."""
-    return statistics.fmean(_position(n, guarantee) / (n + 1) for n, _ in sizes)
+def expected_coverage(sizes: list[tuple[int, int]], guarantee: bool = True,
+                      scale: float = 1.0) -> float:
+    """position / (n + 1) averaged over the seeds' calibration sizes n (``scale`` times
+    the validation sizes; the level itself for infinitely many)."""
+    if math.isinf(scale):
+        return LEVEL
+    return statistics.fmean(_position(c, guarantee) / (c + 1)
+                            for c in (calibration_size(n, scale) for n, _ in sizes))
 
 
 def _span(values: list[int]) -> str:
@@ -107,8 +131,8 @@ def _span(values: list[int]) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def noise_rows(records: list[dict], draws: int, seed: int, guarantee: bool = True
-               ) -> tuple[list[list[str]], float]:
+def noise_rows(records: list[dict], draws: int, seed: int, guarantee: bool = True,
+               scale: float = 1.0) -> tuple[list[list[str]], float]:
     """One table row per complete regression (set, split) row of the records, and the
     chance that an exact method has every row in the band (rows independent)."""
     rows, _ = complete_rows(records)
@@ -121,8 +145,8 @@ def noise_rows(records: list[dict], draws: int, seed: int, guarantee: bool = Tru
         ours = [r for r in runs["setattn"] if r["result"].get("coverage") is not None]
         table = load_set(name)
         sizes = [part_sizes(table, kind, r["seed"]) for r in ours]
-        means = simulate(sizes, draws, rng, guarantee)  # (draws,)
-        expected, spread = expected_coverage(sizes, guarantee), float(means.std())
+        means = simulate(sizes, draws, rng, guarantee, scale)  # (draws,)
+        expected, spread = expected_coverage(sizes, guarantee, scale), float(means.std())
         observed = statistics.fmean(r["result"]["coverage"] for r in ours)
         inside = float(((means >= low) & (means <= high)).mean())
         all_inside *= inside
@@ -142,7 +166,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulation")
     parser.add_argument("--rule", choices=("guarantee", "interpolated"), default="guarantee",
                         help="the conformal quantile the records were calibrated with")
+    parser.add_argument("--calibration-scale", type=float, default=1.0, metavar="S",
+                        help="calibration scores per validation molecule (inf: exact "
+                             "coverage given the calibration, the test draw alone)")
     args = parser.parse_args()
+    if not (args.calibration_scale > 0):
+        parser.error(f"argument --calibration-scale: must be positive (or inf), got "
+                     f"{args.calibration_scale}")
     try:
         records = json.loads(args.results.read_text())
     except (OSError, json.JSONDecodeError) as err:
@@ -150,8 +180,10 @@ def main() -> None:
     header = ["set", "split", "seeds", "validation n", "test m", "expected",
               "sd of the mean", "P(in band)", "observed", "z"]
     print(f"records: {args.results}; {args.draws:,} simulated runs of an exact method, "
-          f"quantile: {args.rule}")
-    rows, all_inside = noise_rows(records, args.draws, args.seed, args.rule == "guarantee")
+          f"quantile: {args.rule}; calibration scores per validation molecule: "
+          f"{args.calibration_scale:g}")
+    rows, all_inside = noise_rows(records, args.draws, args.seed, args.rule == "guarantee",
+                                  args.calibration_scale)
     print_table(header, rows, markdown=True)
     print(f"\nchance that an exact method has all {len(rows)} rows in the band: {all_inside:.0%}")
 

@@ -11,7 +11,11 @@ molecule table). ``KernelRidge`` fits one in closed form::
 ``alpha_t = (K + lam I)^-1 (y_t - offset_t)`` over the training molecules that have a
 label for task t. ``gamma`` and ``lam`` are chosen from a small grid by exact
 leave-one-out error, which for kernel ridge is ``alpha_i / [(K + lam I)^-1]_ii``
-(no refitting), so the choice uses the training molecules only.
+(no refitting), so the choice uses the training molecules only. The search costs one
+eigendecomposition per gamma and task; with ``search_size`` S, a task with more than S
+labelled molecules is searched on S of them drawn at random (a generator of its own,
+so no other random stream moves), and its weights are then solved on all of them by
+one Cholesky factorisation.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tqdm import tqdm
 GAMMAS = (0.1, 0.25, 0.5, 1.0)  # gamma / F scales a squared distance summed over F descriptors
 RIDGES = (0.003, 0.01, 0.03, 0.1)
 CLIP = 5.0  # standardised descriptors beyond this many standard deviations are clipped
+SEARCH_SEED = 0  # of the generator that draws the molecules a capped search sees
 
 
 def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
@@ -56,6 +61,24 @@ def _loo_fits(kernel: Tensor, y: Tensor) -> list[tuple[float, float, Tensor]]:
     return fits
 
 
+def _search_rows(labelled: Tensor, search_size: int | None, generator: torch.Generator
+                 ) -> tuple[Tensor, bool]:
+    """(rows of the search (L',), whether they are a sample): a task's labelled rows, or
+    ``search_size`` of them drawn at random (sorted) when it has more."""
+    rows = labelled.nonzero()[:, 0]  # (L,)
+    if search_size is None or len(rows) <= search_size:
+        return rows, False
+    chosen = torch.randperm(len(rows), generator=generator)[:search_size]  # (S,)
+    return rows[chosen.sort().values.to(rows.device)], True
+
+
+def _solve(kernel: Tensor, y: Tensor, ridge: float) -> Tensor:
+    """(L,) dual weights ``(K + ridge I)^-1 y`` of an (L, L) float64 kernel, by Cholesky."""
+    factor = torch.linalg.cholesky(kernel + ridge * torch.eye(len(y), dtype=kernel.dtype,
+                                                                device=kernel.device))
+    return torch.cholesky_solve(y[:, None], factor)[:, 0]  # (L,)
+
+
 class KernelRidge(nn.Module):
     """RBF kernel ridge regression on descriptors, for T tasks (NaN labels skipped).
 
@@ -83,7 +106,7 @@ class KernelRidge(nn.Module):
 
     @torch.no_grad()
     def fit(self, descriptors: Tensor, y: Tensor, names: Sequence[str] | None = None,
-            progress: bool = False) -> dict:
+            progress: bool = False, search_size: int | None = None) -> dict:
         """Fit to the M training molecules; choose gamma and the ridge by leave-one-out.
 
         Args:
@@ -92,10 +115,13 @@ class KernelRidge(nn.Module):
             names: the T target column names, for errors (task numbers without them).
             progress: show a progress bar over the gammas on a terminal (one
                 eigendecomposition of an (M, M) matrix per gamma and task).
+            search_size: S, the most labelled molecules a task's leave-one-out search
+                sees (None: all); a task with more is searched on S drawn at random and
+                solved on all of them.
 
         Returns:
             ``{"gamma", "ridge", "loo_rmse"}`` of the choice (loo_rmse averaged over tasks
-            as a mean squared error, then rooted).
+            as a mean squared error, then rooted; over the searched molecules).
 
         Raises:
             ValueError: if the shapes differ from the module's, or naming a task without
@@ -122,21 +148,27 @@ class KernelRidge(nn.Module):
                                  f"label for the kernel ridge; use --kernel-ridge off, or "
                                  f"another split)")
         offsets = [float(y[mask, t].double().mean()) for t, mask in enumerate(labelled)]
+        generator = torch.Generator().manual_seed(SEARCH_SEED)
+        searched = [_search_rows(mask, search_size, generator) for mask in labelled]
         best = None  # (mean loo mse, gamma, ridge, alphas per task)
         bar = tqdm(GAMMAS, desc=f"kernel ridge on {m:,} molecules", unit="gamma",
                    leave=False, disable=None if progress else True)
         for gamma in bar:
-            kernel = torch.exp(-gamma / f * distances)  # (M, M)
-            per_task = [_loo_fits(kernel[mask][:, mask], y[mask, t].double() - offsets[t])
-                        for t, mask in enumerate(labelled)]  # T x [(mse, ridge, alpha)]
+            per_task = [_loo_fits(torch.exp(-gamma / f * distances[rows][:, rows]),
+                                  y[rows, t].double() - offsets[t])
+                        for t, (rows, _) in enumerate(searched)]  # T x [(mse, ridge, alpha)]
             for r in range(len(RIDGES)):
                 mse = sum(fits[r][0] for fits in per_task) / len(per_task)
                 if best is None or mse < best[0]:
                     best = (mse, gamma, RIDGES[r], [fits[r][2] for fits in per_task])
         mse, gamma, ridge, alphas = best
         self.alpha.zero_()
-        for t, (mask, alpha) in enumerate(zip(labelled, alphas)):
-            self.alpha[mask, t] = alpha.to(self.alpha.dtype)
+        for t, ((rows, sampled), alpha) in enumerate(zip(searched, alphas)):
+            if sampled:  # searched on a sample: the chosen pair solved on every label
+                rows = labelled[t].nonzero()[:, 0]  # (L,)
+                alpha = _solve(torch.exp(-gamma / f * distances[rows][:, rows]),
+                               y[rows, t].double() - offsets[t], ridge)  # (L,)
+            self.alpha[rows, t] = alpha.to(self.alpha.dtype)
         self.offset.copy_(torch.tensor(offsets, device=device))
         self.gamma.fill_(gamma)
         self.ridge.fill_(ridge)

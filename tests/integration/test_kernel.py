@@ -335,3 +335,43 @@ def test_a_resumed_run_keeps_the_kernel_ridge_it_started_with(tmp_path, capsys, 
     status, _, err = train_tiny(data, with_kernel, capsys, "--resume")
     assert status == 2 and "--resume: the run started with a kernel ridge, but its fit on " \
         "24 training molecules needs about 1,000,000.0 GB" in err
+
+
+def test_a_search_cap_at_or_above_the_size_changes_nothing():
+    x, y = _problem(m=30)
+    y[::4, 1] = float("nan")
+    full, capped = KernelRidge(30, x.shape[1], 2), KernelRidge(30, x.shape[1], 2)
+    assert full.fit(x.float(), y.float()) == capped.fit(x.float(), y.float(), search_size=30)
+    for name, buffer in full.state_dict().items():
+        assert torch.equal(buffer, capped.state_dict()[name]), name
+
+
+@pytest.mark.parametrize(("m", "cap"), [(31, 12), (44, 20)])
+def test_a_capped_search_chooses_on_its_sample_and_solves_on_every_label(m, cap):
+    x, y = _problem(m=m, t=1)
+    state = torch.get_rng_state()
+    krr = KernelRidge(m, x.shape[1], 1)
+    info = krr.fit(x.float(), y.float(), search_size=cap)
+    assert torch.equal(torch.get_rng_state(), state)  # its own generator
+    # the sample: the same draw the fit makes, from a generator of seed 0
+    rows = torch.randperm(m, generator=torch.Generator().manual_seed(0))[:cap].sort().values
+    z = krr.centres.double()
+    d = torch.cdist(z, z).square()  # (M, M)
+    yc = y[:, 0] - y[:, 0].mean()  # centred on every label, as the fit does
+    search = {(g, r): mse for g in (0.1, 0.25, 0.5, 1.0)
+              for mse, r, _ in _loo_fits(torch.exp(-g / x.shape[1] * d[rows][:, rows]), yc[rows])}
+    gamma, ridge = min(search, key=search.get)
+    assert (info["gamma"], info["ridge"]) == (gamma, ridge)
+    assert info["loo_rmse"] == pytest.approx(search[(gamma, ridge)] ** 0.5, rel=1e-6)
+    query = x[:6] + 0.2  # (6, F)
+    ref = _numpy_krr(x.numpy(), y[:, 0].numpy(), query.numpy(), gamma, ridge)
+    np.testing.assert_allclose(krr(query.float())[:, 0].numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_capped_search_samples_each_task_among_its_own_labels():
+    x, y = _problem(m=40)
+    y[::2, 1] = float("nan")  # task 1: 20 labels, under the cap; task 0: 40, over it
+    krr = KernelRidge(40, x.shape[1], 2)
+    krr.fit(x.float(), y.float(), search_size=25)
+    assert torch.all(krr.alpha[::2, 1] == 0) and torch.all(krr.alpha[1::2, 1] != 0)
+    assert torch.all(krr.alpha[:, 0] != 0)  # solved on every label, not the 25 searched

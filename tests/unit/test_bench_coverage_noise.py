@@ -52,3 +52,26 @@ def test_interpolated_rule_aims_at_the_level(noise, n):
 
 def test_too_few_scores_cover_everything(noise):
     assert (noise.calibrated(8, False, 10, np.random.default_rng(0)) == 1.0).all()
+
+
+def test_more_calibration_scores_narrow_the_spread_to_the_test_draw(noise):
+    sizes = [(64, 64)] * 5
+    spreads = [noise.simulate(sizes, 100_000, np.random.default_rng(4), scale=s).std()
+               for s in (1.0, 3.0, math.inf)]
+    assert spreads[0] > spreads[1] > spreads[2]
+    # infinitely many scores: only the test draw, Binomial(64, 0.9) / 64 averaged over 5
+    assert spreads[2] == pytest.approx(math.sqrt(0.9 * 0.1 / 64 / 5), rel=0.02)
+    assert noise.expected_coverage(sizes, scale=math.inf) == 0.9
+    # three times the scores: the guaranteed rank among 192, not 64
+    assert noise.expected_coverage(sizes, scale=3.0) == pytest.approx(
+        math.ceil(193 * 0.9) / 193)
+
+
+def test_the_default_scale_draws_as_before(noise):
+    # one Beta draw of the guaranteed rank, then the binomial test draw, per seed: the
+    # stream behind the README's printed chances
+    n, m = 64, 64
+    k = math.ceil((n + 1) * 0.9)
+    rng = np.random.default_rng(5)
+    expected = rng.binomial(m, rng.beta(k, n + 1 - k, size=1000)) / m
+    assert np.array_equal(noise.simulate([(n, m)], 1000, np.random.default_rng(5)), expected)
