@@ -12,10 +12,10 @@ molecule table). ``KernelRidge`` fits one in closed form::
 label for task t. ``gamma`` and ``lam`` are chosen from a small grid by exact
 leave-one-out error, which for kernel ridge is ``alpha_i / [(K + lam I)^-1]_ii``
 (no refitting), so the choice uses the training molecules only. The search costs one
-eigendecomposition per gamma and task; with ``search_size`` S, a task with more than S
-labelled molecules is searched on S of them drawn at random (a generator of its own,
-so no other random stream moves), and its weights are then solved on all of them by
-one Cholesky factorisation.
+eigendecomposition per gamma and task, so a task with more than ``SEARCH_SIZE``
+labelled molecules is searched on that many of them drawn at random (a generator of its
+own, so no other random stream moves), and its weights are then solved on all of them
+by one Cholesky factorisation (how the cap was chosen: the README's molecule section).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ GAMMAS = (0.1, 0.25, 0.5, 1.0)  # gamma / F scales a squared distance summed ove
 RIDGES = (0.003, 0.01, 0.03, 0.1)
 CLIP = 5.0  # standardised descriptors beyond this many standard deviations are clipped
 SEARCH_SEED = 0  # of the generator that draws the molecules a capped search sees
+SEARCH_SIZE = 2000  # the most labelled molecules per task the leave-one-out search sees
 
 
 def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
@@ -68,7 +69,7 @@ def _search_rows(labelled: Tensor, search_size: int | None, generator: torch.Gen
     rows = labelled.nonzero()[:, 0]  # (L,)
     if search_size is None or len(rows) <= search_size:
         return rows, False
-    chosen = torch.randperm(len(rows), generator=generator)[:search_size]  # (S,)
+    chosen = torch.randperm(len(rows), generator=generator, device="cpu")[:search_size]  # (S,)
     return rows[chosen.sort().values.to(rows.device)], True
 
 
@@ -106,7 +107,7 @@ class KernelRidge(nn.Module):
 
     @torch.no_grad()
     def fit(self, descriptors: Tensor, y: Tensor, names: Sequence[str] | None = None,
-            progress: bool = False, search_size: int | None = None) -> dict:
+            progress: bool = False, search_size: int | None = SEARCH_SIZE) -> dict:
         """Fit to the M training molecules; choose gamma and the ridge by leave-one-out.
 
         Args:
