@@ -115,7 +115,8 @@ class KernelRidge(nn.Module):
             y: (M, T) targets (in the units ``forward`` should predict), NaN if missing.
             names: the T target column names, for errors (task numbers without them).
             progress: show a progress bar over the gammas on a terminal (one
-                eigendecomposition of an (M, M) matrix per gamma and task).
+                eigendecomposition of an (L, L) matrix per gamma and task, L the task's
+                searched molecules).
             search_size: S, the most labelled molecules a task's leave-one-out search
                 sees (None: all); a task with more is searched on S drawn at random and
                 solved on all of them.
