@@ -30,18 +30,14 @@ import math
 import statistics
 
 import torch
-from molecule_sets import SETS, load_set, split_labels
-from tqdm import tqdm
+from molecule_sets import SETS, descriptors_of, load_set, report_seeds_among, split_labels
 from util import print_table
 
-from setattn.domains.descriptors import descriptor_count
-from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import CLIP, GAMMAS, _loo_fits, _squared_distances
 from setattn.molprop.model import target_scaling
 
 LAPLACIAN_GAMMAS = (0.2, 0.4, 0.8, 1.6, 3.2)  # gamma / F scales an L1 distance over F
 WIDER_GAMMAS = (*GAMMAS, 2.0, 4.0)
-REPORT_SEEDS = range(10, 15)
 
 
 def standardised(descriptors: torch.Tensor) -> torch.Tensor:
@@ -85,10 +81,7 @@ def screen(name: str, kinds: list[str], seeds: list[int]) -> list[list[str]]:
     """Table rows of one set: its descriptors are computed once, then each split."""
     table = load_set(name)
     values = [float(c[0]) if c[0] else math.nan for c in table.cells]
-    width = descriptor_count()
-    descriptors = torch.cat([featurize(s, width).descriptors
-                             for s in tqdm(table.smiles, desc=f"{name}: descriptors",
-                                           unit="mol", leave=False, disable=None)])  # (N, F)
+    descriptors = descriptors_of(table.smiles, {})  # (N, F)
     rows = []
     for kind in kinds:
         for seed in seeds:
@@ -116,10 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[20, 21, 22])
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args(argv)
-    report = sorted(set(args.seeds) & set(REPORT_SEEDS))
-    if report:
-        parser.error(f"argument --seeds: {report} are report seeds, which no choice may "
-                     f"look at; use development seeds (20-22)")
+    refusal = report_seeds_among(args.seeds)
+    if refusal:
+        parser.error(refusal)
     torch.set_num_threads(args.threads)
     rows = [row for name in args.datasets for row in screen(name, args.splits, args.seeds)]
     header = ["set", "split", "seed", "training molecules", "rbf LOO RMSE (gamma / ridge)",

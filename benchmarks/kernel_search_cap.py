@@ -25,26 +25,12 @@ import time
 from pathlib import Path
 
 import torch
-from molecule_sets import SETS, load_set, split_labels
-from tqdm import tqdm
+from molecule_sets import SETS, descriptors_of, load_set, report_seeds_among, split_labels
 from util import print_table
 
-from setattn.domains.descriptors import descriptor_count
-from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import target_scaling
-
-REPORT_SEEDS = range(10, 15)
-
-
-def descriptors_of(smiles: list[str], cache: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(N, F) RDKit descriptors of the molecules, each computed once per process."""
-    width = descriptor_count()
-    for s in tqdm([s for s in smiles if s not in cache], desc="descriptors", unit="mol",
-                  leave=False, disable=None):
-        cache[s] = featurize(s, width).descriptors
-    return torch.cat([cache[s] for s in smiles])  # (N, F)
 
 
 def fit_once(x: torch.Tensor, y: torch.Tensor, search_size: int | None
@@ -108,10 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--search-size", type=int, default=2000, help="S of the capped fit")
     parser.add_argument("--save", type=Path, help="write the records as JSON")
     args = parser.parse_args(argv)
-    report = sorted(set(args.seeds) & set(REPORT_SEEDS))
-    if report:
-        parser.error(f"argument --seeds: {report} are report seeds, which no choice may "
-                     f"look at; use development seeds (20-22)")
+    refusal = report_seeds_among(args.seeds)
+    if refusal:
+        parser.error(refusal)
     if len({len(SETS[n].targets) for n in args.datasets} - {1}):
         parser.error("argument --datasets: one-task sets only (the kernel ridge of a "
                      "several-task run is off by default)")

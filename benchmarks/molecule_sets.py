@@ -22,9 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from rdkit import Chem, rdBase
+from tqdm import tqdm
 
+from setattn.domains.descriptors import descriptor_count
 from setattn.molprop import splits
+from setattn.molprop.featurize import featurize
 
 __all__ = ["SETS", "SIZES", "SPLIT_KINDS", "DataSet", "MoleculeTable", "column_name",
            "huuskonen", "load_set", "split_labels", "val_table", "write_csv"]
@@ -131,6 +135,26 @@ def split_labels(kind: str, smiles: list[str], seed: int) -> list[str]:
         for i in part:
             labels[i] = name
     return labels
+
+
+REPORT_SEEDS = range(10, 15)  # the report's split seeds, which no choice may look at
+
+
+def report_seeds_among(seeds: list[int]) -> str | None:
+    """An argument error naming the report seeds among ``seeds`` (None: there are none),
+    for scripts that serve development choices."""
+    report = sorted(set(seeds) & set(REPORT_SEEDS))
+    return (f"argument --seeds: {report} are report seeds, which no choice may look at; use "
+            f"development seeds (20-22)") if report else None
+
+
+def descriptors_of(smiles: list[str], cache: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(N, F) RDKit descriptors of the molecules, each computed once per process."""
+    width = descriptor_count()
+    for s in tqdm([s for s in smiles if s not in cache], desc="descriptors", unit="mol",
+                  leave=False, disable=None):
+        cache[s] = featurize(s, width).descriptors
+    return torch.cat([cache[s] for s in smiles])  # (N, F)
 
 
 def column_name(kind: str, seed: int) -> str:
