@@ -75,7 +75,7 @@ def run_folders(roots: list[Path]) -> list[Path]:
     return found
 
 
-def _read_table(path: Path, digest: str, smiles_column: str, targets: list[str]
+def read_table(path: Path, digest: str, smiles_column: str, targets: list[str]
                 ) -> tuple[list[str], np.ndarray]:
     """SMILES and (N, T) float targets (NaN where empty) of a benchmark CSV, after
     checking it is the file the run read (its sha256 in split.json)."""
@@ -105,7 +105,7 @@ def load_saved(folder: Path) -> SavedRun:
     config = json.loads((folder / "config.json").read_text())
     split = json.loads((folder / "split.json").read_text())
     data = folder.parent.parent / split["data"]["file"]
-    smiles, y = _read_table(data, split["data"]["sha256"], config["smiles_column"],
+    smiles, y = read_table(data, split["data"]["sha256"], config["smiles_column"],
                             metrics["targets"])
     models, _ = load_run(folder)
     column = config["split_column"]

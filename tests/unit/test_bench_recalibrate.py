@@ -87,10 +87,10 @@ def test_check_record_reproduces_or_names_the_folder(recal):
 def test_a_missing_or_changed_data_file_is_named(recal, tmp_path):
     path = tmp_path / "data.csv"
     with pytest.raises(SystemExit, match="data.csv: the run's data file is missing"):
-        recal._read_table(path, "0" * 64, "smiles", ["y"])
+        recal.read_table(path, "0" * 64, "smiles", ["y"])
     path.write_text("smiles,y\nCCO,1.5\nCCN,\n")
     with pytest.raises(SystemExit, match="data.csv: not the file the run read"):
-        recal._read_table(path, "0" * 64, "smiles", ["y"])
-    smiles, y = recal._read_table(path, hashlib.sha256(path.read_bytes()).hexdigest(),
+        recal.read_table(path, "0" * 64, "smiles", ["y"])
+    smiles, y = recal.read_table(path, hashlib.sha256(path.read_bytes()).hexdigest(),
                                   "smiles", ["y"])
     assert smiles == ["CCO", "CCN"] and y[0, 0] == 1.5 and np.isnan(y[1, 0])
