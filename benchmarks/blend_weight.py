@@ -29,11 +29,10 @@ from pathlib import Path
 
 import torch
 from molecule_sets import REPORT_SEEDS, SETS
-from recalibrate import read_table, run_folders
+from recalibrate import open_run, run_folders
 from util import print_table
 
 from setattn.molprop.batching import batches
-from setattn.molprop.checkpoint import load_run
 from setattn.molprop.featurize import featurize
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.predict import kernel_outputs, outputs
@@ -95,33 +94,25 @@ def load_parts(folder: Path) -> tuple[Parts, dict]:
     """Reload a ``--report val`` run folder's ensemble and predict its validation part.
 
     Returns its ``Parts`` and its ``metrics.json``. Raises SystemExit naming the folder for
-    a run with no kernel ridge, a run of a report seed, or a SMILES that no longer parses.
+    a run with no kernel ridge or a run of a report seed.
     """
-    metrics = json.loads((folder / "metrics.json").read_text())
-    config = json.loads((folder / "config.json").read_text())
-    split = json.loads((folder / "split.json").read_text())
-    if "components" not in metrics:
+    run = open_run(folder)
+    if "components" not in run.metrics:
         raise SystemExit(f"{folder}: the run has no kernel ridge, so no blend to weigh")
-    column = config["split_column"]
-    kind = column.rstrip("0123456789")
-    seed = int(column[len(kind):])
-    if seed in REPORT_SEEDS:
-        raise SystemExit(f"{folder}: split seed {seed} is a report seed; choices look at "
+    if run.seed in REPORT_SEEDS:
+        raise SystemExit(f"{folder}: split seed {run.seed} is a report seed; choices look at "
                          "development seeds only")
-    data = folder.parent.parent / split["data"]["file"]
-    smiles, y = read_table(data, split["data"]["sha256"], config["smiles_column"],
-                           metrics["targets"])
-    models, _ = load_run(folder)
+    models, rows = run.models, run.split["val"]
     first = models[0]
-    molecules = [featurize(smiles[i], first.config.descriptor_dim, row=i, source=str(data))
-                 for i in split["val"]]
+    molecules = [featurize(run.smiles[i], first.config.descriptor_dim, row=i,
+                           source=str(run.data)) for i in rows]
     batched = batches(molecules)
     with torch.no_grad():
         network = torch.stack([m.to_units(outputs(m, batched)) for m in models]).mean(0)
         kernel = first.to_units(first.kernel_as_outputs(kernel_outputs(first, batched)))
-    targets = torch.from_numpy(y[split["val"]]).to(network.dtype)  # (M, T)
-    return Parts(folder.parent.parent.name, kind, seed, metrics["task"], targets, network,
-                 kernel), metrics
+    targets = torch.from_numpy(run.y[rows]).to(network.dtype)  # (M, T)
+    return Parts(folder.parent.parent.name, run.kind, run.seed, run.metrics["task"], targets,
+                 network, kernel), run.metrics
 
 
 def row_means(runs: list[Parts], weights: tuple[float, ...]

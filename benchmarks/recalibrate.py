@@ -99,20 +99,42 @@ def _part(models: list, smiles: list[str], y: np.ndarray, rows: list[int], folde
     return Part(chosen, torch.from_numpy(y[rows]).to(mean.dtype), mean, std)
 
 
-def load_saved(folder: Path) -> SavedRun:
-    """Reload a run folder's ensemble and predict its validation and test parts."""
+@dataclass
+class RunFiles:
+    """What a saved run folder holds: its records, its data file's SMILES and (N, T)
+    targets, its split rows, its reloaded ensemble, and its split kind and seed."""
+
+    metrics: dict
+    data: Path
+    smiles: list[str]
+    y: np.ndarray
+    split: dict
+    models: list
+    kind: str
+    seed: int
+
+
+def open_run(folder: Path) -> RunFiles:
+    """Read a ``<set>/<split column>_<part>/setattn`` run folder and reload its ensemble,
+    after checking that its data file is the one it read."""
     metrics = json.loads((folder / "metrics.json").read_text())
     config = json.loads((folder / "config.json").read_text())
     split = json.loads((folder / "split.json").read_text())
     data = folder.parent.parent / split["data"]["file"]
     smiles, y = read_table(data, split["data"]["sha256"], config["smiles_column"],
-                            metrics["targets"])
+                           metrics["targets"])
     models, _ = load_run(folder)
     column = config["split_column"]
     kind = column.rstrip("0123456789")
-    return SavedRun(folder, folder.parent.parent.name, kind, int(column[len(kind):]), metrics,
-                    _part(models, smiles, y, split["val"], folder),
-                    _part(models, smiles, y, split["test"], folder))
+    return RunFiles(metrics, data, smiles, y, split, models, kind, int(column[len(kind):]))
+
+
+def load_saved(folder: Path) -> SavedRun:
+    """Reload a run folder's ensemble and predict its validation and test parts."""
+    run = open_run(folder)
+    return SavedRun(folder, folder.parent.parent.name, run.kind, run.seed, run.metrics,
+                    _part(run.models, run.smiles, run.y, run.split["val"], folder),
+                    _part(run.models, run.smiles, run.y, run.split["test"], folder))
 
 
 def check_record(run: SavedRun) -> dict:
