@@ -71,3 +71,27 @@ def train_tiny(data: Path, out: Path, capsys, *flags: str, targets: Sequence[str
 def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def saved_bench_run(tmp_path: Path, column: str, kernel: str = "auto") -> Path:
+    """A tiny setattn run in the benchmark's layout: ``<out>/freesolv/<column>_val/setattn``,
+    split by ``column`` of the data file beside it."""
+    source = DATASETS_DIR / "molecules" / "freesolv.csv"
+    with source.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))[:60]
+    folder = tmp_path / "out" / "freesolv"
+    folder.mkdir(parents=True)
+    data = folder / f"val_{column}.csv"
+    with data.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["smiles", "expt", column])
+        writer.writeheader()
+        for i, row in enumerate(rows):
+            part = ("val", "test", "train", "train", "train")[i % 5]
+            writer.writerow({"smiles": row["smiles"], "expt": row["expt"], column: part})
+    run = folder / f"{column}_val" / "setattn"
+    status = cli.main(["train", "--data", str(data), "--output-dir", str(run),
+                       "--target-columns", "expt", "--split", "column", "--split-column",
+                       column, *TINY, "--ensemble-size", "2", "--epochs", "2",
+                       "--kernel-ridge", kernel])
+    assert status == 0
+    return run

@@ -146,6 +146,8 @@ def build_model(ckpt: dict, path: Path, device: str | torch.device = "cpu") -> M
         state = dict(ckpt["state_dict"])
         if model.kernel is None:  # saved before models had a blend weight: the network alone
             state.setdefault("blend", model.blend.clone())
+        else:  # saved before the kernel ridge could be a Laplacian one: an RBF
+            state.setdefault("kernel.norm", model.kernel.norm.clone())
         model.load_state_dict(state)
     except (TypeError, ValueError, RuntimeError, KeyError) as err:
         first = str(err).strip().splitlines()[0]

@@ -16,6 +16,8 @@ eigendecomposition per gamma and task, so a task with more than ``SEARCH_SIZE``
 labelled molecules is searched on that many of them drawn at random (a generator of its
 own, so no other random stream moves), and its weights are then solved on all of them
 by one Cholesky factorisation (how the cap was chosen: the README's molecule section).
+The search may also try a Laplacian kernel, ``exp(-gamma / F * |z - z'|_1)``, beside the
+RBF (``fit``'s ``grid``); the default ``GRID`` is the RBF's alone.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from tqdm import tqdm
 
 GAMMAS = (0.1, 0.25, 0.5, 1.0)  # gamma / F scales a squared distance summed over F descriptors
 RIDGES = (0.003, 0.01, 0.03, 0.1)
+RBF = 2  # the kernel's distance: squared Euclidean, exp(-gamma / F * |z - z'|_2^2)
+LAPLACIAN = 1  # the kernel's distance: L1, exp(-gamma / F * |z - z'|_1)
+LAPLACIAN_GAMMAS = (0.2, 0.4, 0.8, 1.6, 3.2)  # gamma / F scales an L1 distance over F
+GRID = ((RBF, GAMMAS),)  # the (distance, gammas) pairs the leave-one-out search tries
+KERNEL_NAMES = {RBF: "rbf", LAPLACIAN: "laplacian"}
 CLIP = 5.0  # standardised descriptors beyond this many standard deviations are clipped
 SEARCH_SEED = 0  # of the generator that draws the molecules a capped search sees
 SEARCH_SIZE = 2000  # the most labelled molecules per task the leave-one-out search sees
@@ -40,12 +47,25 @@ def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
     return d.clamp_min(0.0)
 
 
-def _loo_fits(kernel: Tensor, y: Tensor) -> list[tuple[float, float, Tensor]]:
-    """Leave-one-out mean squared error and dual weights for every ridge in RIDGES.
+def _distances(a: Tensor, b: Tensor, norm: int) -> Tensor:
+    """(A, B) the kernel's distances between the rows of a (A, F) and b (B, F): squared
+    Euclidean (``RBF``) or L1 (``LAPLACIAN``)."""
+    if norm == RBF:
+        return _squared_distances(a, b)
+    if norm == LAPLACIAN:
+        return torch.cdist(a, b, p=1)  # (A, B)
+    raise ValueError(f"kernel distance must be {RBF} (RBF) or {LAPLACIAN} (Laplacian), "
+                     f"got {norm}")
+
+
+def _loo_fits(kernel: Tensor, y: Tensor, ridges: Sequence[float] = RIDGES
+              ) -> list[tuple[float, float, Tensor]]:
+    """Leave-one-out mean squared error and dual weights for every ridge.
 
     Args:
         kernel: (L, L) float64 kernel of the labelled molecules.
         y: (L,) float64 centred targets.
+        ridges: the ridges to try (default ``RIDGES``).
 
     Returns:
         One (loo_mse, ridge, alpha (L,)) per ridge.
@@ -54,7 +74,7 @@ def _loo_fits(kernel: Tensor, y: Tensor) -> list[tuple[float, float, Tensor]]:
     coef = eigvec.T @ y  # (L,) the targets in the eigenbasis
     weights = eigvec.square()  # (L, L): diag(V D V^T) = weights @ diag(D)
     fits = []
-    for ridge in RIDGES:  # O(L^2) each: (K + lam I)^-1 = V diag(1 / (eigval + lam)) V^T
+    for ridge in ridges:  # O(L^2) each: (K + lam I)^-1 = V diag(1 / (eigval + lam)) V^T
         inverse = 1.0 / (eigval + ridge)  # (L,) its eigenvalues
         alpha = eigvec @ (inverse * coef)  # (L,)
         loo = alpha / (weights @ inverse)  # (L,) y_i minus its prediction without i
@@ -71,6 +91,19 @@ def _search_rows(labelled: Tensor, search_size: int | None, generator: torch.Gen
         return rows, False
     chosen = torch.randperm(len(rows), generator=generator, device="cpu")[:search_size]  # (S,)
     return rows[chosen.sort().values.to(rows.device)], True
+
+
+def _labelled(y: Tensor, names: Sequence[str] | None) -> list[Tensor]:
+    """T (M,) masks of the labelled rows of (M, T) targets; a ValueError names a task
+    without any label."""
+    labelled = [~torch.isnan(y[:, t]) for t in range(y.shape[1])]  # T x (M,)
+    for t, mask in enumerate(labelled):
+        if not bool(mask.any()):
+            task = f"target column {names[t]!r}" if names else f"task {t}"
+            raise ValueError(f"{task} has no label in the training part (no training "
+                             f"label for the kernel ridge; use --kernel-ridge off, or "
+                             f"another split)")
+    return labelled
 
 
 def _solve(kernel: Tensor, y: Tensor, ridge: float) -> Tensor:
@@ -101,13 +134,16 @@ class KernelRidge(nn.Module):
         self.register_buffer("std", torch.ones(num_features))  # (F,)
         self.register_buffer("gamma", torch.tensor(GAMMAS[0], dtype=torch.float64))  # ()
         self.register_buffer("ridge", torch.tensor(RIDGES[0], dtype=torch.float64))  # ()
+        self.register_buffer("norm", torch.tensor(float(RBF), dtype=torch.float64))  # ()
 
     def _standardise(self, d: Tensor) -> Tensor:
         return ((d - self.mean) / self.std).clamp(-CLIP, CLIP)  # (G, F)
 
     @torch.no_grad()
     def fit(self, descriptors: Tensor, y: Tensor, names: Sequence[str] | None = None,
-            progress: bool = False, search_size: int | None = SEARCH_SIZE) -> dict:
+            progress: bool = False, search_size: int | None = SEARCH_SIZE,
+            grid: Sequence[tuple[int, Sequence[float]]] = GRID,
+            ridges: Sequence[float] = RIDGES) -> dict:
         """Fit to the M training molecules; choose gamma and the ridge by leave-one-out.
 
         Args:
@@ -120,10 +156,14 @@ class KernelRidge(nn.Module):
             search_size: S, the most labelled molecules a task's leave-one-out search
                 sees (None: all); a task with more is searched on S drawn at random and
                 solved on all of them.
+            grid: the (distance, gammas) pairs to search: ``RBF`` or ``LAPLACIAN``, each
+                with its gammas (default ``GRID``).
+            ridges: the ridges to search with every gamma (default ``RIDGES``).
 
         Returns:
-            ``{"gamma", "ridge", "loo_rmse"}`` of the choice (loo_rmse averaged over tasks
-            as a mean squared error, then rooted; over the searched molecules).
+            ``{"kernel", "gamma", "ridge", "loo_rmse"}`` of the choice (kernel "rbf" or
+            "laplacian"; loo_rmse averaged over tasks as a mean squared error, then
+            rooted; over the searched molecules).
 
         Raises:
             ValueError: if the shapes differ from the module's, or naming a task without
@@ -141,29 +181,29 @@ class KernelRidge(nn.Module):
         self.std.copy_(x.std(0).nan_to_num(1.0).clamp_min(1e-6))
         z = self._standardise(x.to(self.mean.dtype)).double()  # (M, F)
         self.centres.copy_(z)
-        distances = _squared_distances(z, z)  # (M, M)
-        labelled = [~torch.isnan(y[:, t]) for t in range(y.shape[1])]  # T x (M,)
-        for t, mask in enumerate(labelled):
-            if not bool(mask.any()):
-                task = f"target column {names[t]!r}" if names else f"task {t}"
-                raise ValueError(f"{task} has no label in the training part (no training "
-                                 f"label for the kernel ridge; use --kernel-ridge off, or "
-                                 f"another split)")
+        labelled = _labelled(y, names)  # T x (M,)
         offsets = [float(y[mask, t].double().mean()) for t, mask in enumerate(labelled)]
         generator = torch.Generator().manual_seed(SEARCH_SEED)
         searched = [_search_rows(mask, search_size, generator) for mask in labelled]
-        best = None  # (mean loo mse, gamma, ridge, alphas per task)
-        bar = tqdm(GAMMAS, desc=f"kernel ridge on {m:,} molecules", unit="gamma",
+        best = None  # (mean loo mse, norm, gamma, ridge, alphas per task)
+        steps = [(norm, gamma) for norm, gammas in grid for gamma in gammas]
+        bar = tqdm(steps, desc=f"kernel ridge on {m:,} molecules", unit="gamma",
                    leave=False, disable=None if progress else True)
-        for gamma in bar:
+        distances, norm_of = None, None  # one (M, M) distance matrix at a time
+        for norm, gamma in bar:
+            if norm != norm_of:
+                distances, norm_of = None, norm  # free the last one first
+                distances = _distances(z, z, norm)  # (M, M)
             per_task = [_loo_fits(torch.exp(-gamma / f * distances[rows][:, rows]),
-                                  y[rows, t].double() - offsets[t])
+                                  y[rows, t].double() - offsets[t], ridges)
                         for t, (rows, _) in enumerate(searched)]  # T x [(mse, ridge, alpha)]
-            for r in range(len(RIDGES)):
+            for r, ridge in enumerate(ridges):
                 mse = sum(fits[r][0] for fits in per_task) / len(per_task)
                 if best is None or mse < best[0]:
-                    best = (mse, gamma, RIDGES[r], [fits[r][2] for fits in per_task])
-        mse, gamma, ridge, alphas = best
+                    best = (mse, norm, gamma, ridge, [fits[r][2] for fits in per_task])
+        mse, norm, gamma, ridge, alphas = best
+        if any(sampled for _, sampled in searched) and norm != norm_of:
+            distances = _distances(z, z, norm)  # (M, M) the chosen kernel's
         self.alpha.zero_()
         for t, ((rows, sampled), alpha) in enumerate(zip(searched, alphas)):
             if sampled:  # searched on a sample: the chosen pair solved on every label
@@ -174,7 +214,9 @@ class KernelRidge(nn.Module):
         self.offset.copy_(torch.tensor(offsets, device=device))
         self.gamma.fill_(gamma)
         self.ridge.fill_(ridge)
-        return {"gamma": gamma, "ridge": ridge, "loo_rmse": math.sqrt(mse)}
+        self.norm.fill_(float(norm))
+        return {"kernel": KERNEL_NAMES[norm], "gamma": gamma, "ridge": ridge,
+                "loo_rmse": math.sqrt(mse)}
 
     def forward(self, descriptors: Tensor) -> Tensor:
         """Args:
@@ -185,5 +227,6 @@ class KernelRidge(nn.Module):
         """
         z = self._standardise(descriptors)  # (G, F)
         f = self.centres.shape[1]
-        kernel = torch.exp(-self.gamma / f * _squared_distances(z, self.centres))  # (G, M)
+        d = _distances(z, self.centres, int(self.norm))  # (G, M)
+        kernel = torch.exp(-self.gamma / f * d)  # (G, M)
         return kernel @ self.alpha + self.offset  # (G, T)

@@ -78,8 +78,8 @@ def parameter_count(hidden: int, layers: int, *, num_tasks: int = 1,
     conv = 2 * (d * d + d) + d + d + d * (bond_dim + 1) + (2 * d if layer_norm else 0)
     head = d * (2 * d + descriptor_dim) + d + num_tasks * d + num_tasks
     buffers = 2 * num_tasks + 2 * descriptor_dim + 1  # target and descriptor scaling, blend
-    if kernel_size:  # training descriptors and weights, scaling, gamma and ridge
-        buffers += kernel_size * (descriptor_dim + num_tasks) + num_tasks + 2 * descriptor_dim + 2
+    if kernel_size:  # training descriptors and weights, scaling, gamma, ridge and distance
+        buffers += kernel_size * (descriptor_dim + num_tasks) + num_tasks + 2 * descriptor_dim + 3
     return (d * atom_dim + d + layers * conv + global_layers * block + (d + d * d + d) + head
             + buffers)
 

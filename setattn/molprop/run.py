@@ -455,8 +455,9 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
     if size:
         log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")
         kernel, kernel_info = fit_kernel(parts.train, model_config, run.target_columns)
-        log(f"kernel ridge on {model_config.descriptor_dim} descriptors: gamma "
-            f"{kernel_info['gamma']}, ridge {kernel_info['ridge']}, leave-one-out RMSE "
+        log(f"kernel ridge on {model_config.descriptor_dim} descriptors: "
+            f"{kernel_info['kernel']} kernel, gamma {kernel_info['gamma']}, ridge "
+            f"{kernel_info['ridge']}, leave-one-out RMSE "
             f"{kernel_info['loo_rmse']:.4g} ("
             f"{'standardised' if run.task == 'regression' else 'on the 0/1 labels'}), "
             f"{kernel_info['seconds']:.1f}s")

@@ -29,7 +29,17 @@ from setattn.molprop.batching import collate_molecules
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize
-from setattn.molprop.kernel import CLIP, RIDGES, KernelRidge, _loo_fits
+from setattn.molprop.kernel import (
+    CLIP,
+    GAMMAS,
+    LAPLACIAN,
+    LAPLACIAN_GAMMAS,
+    RBF,
+    RIDGES,
+    KernelRidge,
+    _distances,
+    _loo_fits,
+)
 from setattn.molprop.model import KERNEL_BLEND, SCORE_EPS, MoleculeModel, MoleculeModelConfig
 
 
@@ -40,14 +50,16 @@ def _problem(m: int = 30, f: int = 6, t: int = 2, seed: int = 0):
     return x, y
 
 
-def _numpy_krr(x: np.ndarray, y: np.ndarray, query: np.ndarray, gamma: float, ridge: float):
-    """Reference kernel ridge in numpy: standardise, clip, RBF, solve."""
+def _numpy_krr(x: np.ndarray, y: np.ndarray, query: np.ndarray, gamma: float, ridge: float,
+               laplacian: bool = False):
+    """Reference kernel ridge in numpy: standardise, clip, RBF (or Laplacian), solve."""
     mean, std = x.mean(0), x.std(0, ddof=1)
     z, q = (np.clip((a - mean) / std, -CLIP, CLIP) for a in (x, query))
     f = x.shape[1]
 
     def kern(a, b):
-        return np.exp(-gamma / f * ((a[:, None, :] - b[None]) ** 2).sum(-1))
+        diff = a[:, None, :] - b[None]
+        return np.exp(-gamma / f * (np.abs(diff) if laplacian else diff ** 2).sum(-1))
 
     offset = y.mean()
     alpha = np.linalg.solve(kern(z, z) + ridge * np.eye(len(z)), y - offset)
@@ -91,6 +103,51 @@ def test_the_choice_has_the_least_leave_one_out_error_of_the_grid():
     best = min(mse for g in (0.1, 0.25, 0.5, 1.0)
                for mse, _, _ in _loo_fits(torch.exp(-g / x.shape[1] * d), yc))
     assert info["loo_rmse"] == pytest.approx(best ** 0.5, rel=1e-6)
+
+
+@pytest.mark.parametrize("m", [17, 30])
+def test_a_laplacian_fit_matches_a_numpy_reference(m):
+    x, y = _problem(m=m, seed=m)
+    query = x[:5] - 0.2  # (5, F)
+    krr = KernelRidge(m, x.shape[1], 2)
+    info = krr.fit(x.float(), y.float(), grid=((LAPLACIAN, LAPLACIAN_GAMMAS),))
+    assert info["kernel"] == "laplacian" and info["gamma"] in LAPLACIAN_GAMMAS
+    got = krr(query.float())  # (5, 2)
+    for t in range(2):
+        ref = _numpy_krr(x.numpy(), y[:, t].numpy(), query.numpy(), info["gamma"],
+                         info["ridge"], laplacian=True)
+        np.testing.assert_allclose(got[:, t].numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_grid_of_two_kernels_chooses_the_least_leave_one_out_error_of_both():
+    x, y = _problem(m=40, t=1, seed=3)
+    ridges = (*RIDGES, 0.3, 1.0)
+    krr = KernelRidge(len(x), x.shape[1], 1)
+    info = krr.fit(x.float(), y.float(), grid=((RBF, GAMMAS), (LAPLACIAN, LAPLACIAN_GAMMAS)),
+                   ridges=ridges)
+    z = krr.centres.double()
+    yc = y[:, 0] - y[:, 0].mean()
+    f = x.shape[1]
+    loo = {(name, g, r): mse
+           for name, norm, gammas in (("rbf", 2, GAMMAS), ("laplacian", 1, LAPLACIAN_GAMMAS))
+           for g in gammas
+           for mse, r, _ in _loo_fits(torch.exp(-g / f * _distances(z, z, norm)), yc, ridges)}
+    best = min(loo, key=loo.get)
+    assert (info["kernel"], info["gamma"], info["ridge"]) == best
+    assert info["loo_rmse"] == pytest.approx(loo[best] ** 0.5, rel=1e-6)
+    assert float(krr.norm) == (LAPLACIAN if best[0] == "laplacian" else RBF)
+    again = KernelRidge(len(x), x.shape[1], 1)
+    again.load_state_dict(krr.state_dict())  # the kernel's kind travels with the weights
+    torch.testing.assert_close(again(x[:4].float()), krr(x[:4].float()))
+    with pytest.raises(ValueError, match="kernel distance must be 2"):
+        _distances(z, z, 3)
+
+
+def test_the_search_tries_only_the_ridges_it_is_given():
+    x, y = _problem(m=20, t=1)
+    krr = KernelRidge(len(x), x.shape[1], 1)
+    assert krr.fit(x.float(), y.float(), ridges=(0.5,))["ridge"] == 0.5
+    assert float(krr.ridge) == 0.5
 
 
 def test_missing_labels_fit_each_task_on_its_labelled_molecules_only():
@@ -284,6 +341,21 @@ def test_a_checkpoint_saved_before_the_blend_weight_still_loads(tmp_path, capsys
     torch.save(ckpt, best)
     (model,), _ = load_run(out)
     assert float(model.blend) == 1.0
+    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
+
+
+def test_a_checkpoint_saved_before_laplacian_kernels_loads_as_an_rbf(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    status, _, _ = train_tiny(data, out, capsys)  # a kernel ridge (--kernel-ridge auto)
+    assert status == 0
+    best = out / "model_0" / "best.pt"
+    ckpt = torch.load(best, weights_only=True)
+    expected = load_run(out)[0][0].state_dict()
+    assert float(expected["kernel.norm"]) == RBF
+    del ckpt["state_dict"]["kernel.norm"]  # as written before the buffer existed
+    torch.save(ckpt, best)
+    (model,), _ = load_run(out)
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
 
 

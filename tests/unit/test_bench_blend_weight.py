@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from molecule_runs import TINY
-
-from setattn import cli
-from setattn.datasets import DATASETS_DIR
+from molecule_runs import saved_bench_run
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -71,32 +67,8 @@ def test_row_means_average_the_seeds_at_each_weight(blend):
     assert rows[("esol", "random")]["means"] == pytest.approx([1.0, 2.0])
 
 
-def _saved_run(tmp_path: Path, column: str, kernel: str = "auto") -> Path:
-    """A tiny setattn run in the benchmark's layout: ``<out>/freesolv/<column>_val/setattn``,
-    split by ``column`` of the data file beside it."""
-    source = DATASETS_DIR / "molecules" / "freesolv.csv"
-    with source.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))[:60]
-    folder = tmp_path / "out" / "freesolv"
-    folder.mkdir(parents=True)
-    data = folder / f"val_{column}.csv"
-    with data.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, ["smiles", "expt", column])
-        writer.writeheader()
-        for i, row in enumerate(rows):
-            part = ("val", "test", "train", "train", "train")[i % 5]
-            writer.writerow({"smiles": row["smiles"], "expt": row["expt"], column: part})
-    run = folder / f"{column}_val" / "setattn"
-    status = cli.main(["train", "--data", str(data), "--output-dir", str(run),
-                       "--target-columns", "expt", "--split", "column", "--split-column",
-                       column, *TINY, "--ensemble-size", "2", "--epochs", "2",
-                       "--kernel-ridge", kernel])
-    assert status == 0
-    return run
-
-
 def test_a_saved_run_reloads_and_reproduces_its_record(blend, tmp_path):
-    run = _saved_run(tmp_path, "random20")
+    run = saved_bench_run(tmp_path, "random20")
     parts, metrics = blend.load_parts(run)
     assert (parts.dataset, parts.split, parts.seed) == ("freesolv", "random", 20)
     assert parts.y.shape == parts.network.shape == parts.kernel.shape == (12, 1)
@@ -108,6 +80,6 @@ def test_a_saved_run_reloads_and_reproduces_its_record(blend, tmp_path):
 
 def test_report_seeds_and_runs_without_a_kernel_ridge_are_refused(blend, tmp_path):
     with pytest.raises(SystemExit, match="split seed 10 is a report seed"):
-        blend.load_parts(_saved_run(tmp_path / "a", "random10"))
+        blend.load_parts(saved_bench_run(tmp_path / "a", "random10"))
     with pytest.raises(SystemExit, match="the run has no kernel ridge"):
-        blend.load_parts(_saved_run(tmp_path / "b", "random21", kernel="off"))
+        blend.load_parts(saved_bench_run(tmp_path / "b", "random21", kernel="off"))
