@@ -33,10 +33,9 @@ import torch
 from molecule_sets import SETS, descriptors_of, load_set, report_seeds_among, split_labels
 from util import print_table
 
-from setattn.molprop.kernel import CLIP, GAMMAS, _loo_fits, _squared_distances
+from setattn.molprop.kernel import CLIP, GAMMAS, LAPLACIAN_GAMMAS, _loo_fits, _squared_distances
 from setattn.molprop.model import target_scaling
 
-LAPLACIAN_GAMMAS = (0.2, 0.4, 0.8, 1.6, 3.2)  # gamma / F scales an L1 distance over F
 WIDER_GAMMAS = (*GAMMAS, 2.0, 4.0)
 
 

@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> None:
         state = torch.load(path, weights_only=True)["state_dict"]
         if "kernel.centres" not in state:
             continue
+        if float(state.get("kernel.norm", current.RBF)) != current.RBF:
+            raise SystemExit(f"{path}: a Laplacian kernel ridge; this script compares "
+                             f"RBF searches only")
         stored, before, now, diff = compare(state, old)
         worst = max(worst, diff)
         rows.append([path.parts[-5], path.parts[-4], len(state["kernel.centres"]),

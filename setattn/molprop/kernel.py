@@ -5,7 +5,8 @@ on FreeSolv it is more accurate than the attention network alone (see the README
 molecule table). ``KernelRidge`` fits one in closed form::
 
     z = clamp((d - mean) / std, -5, 5)             standardised descriptors (G, F)
-    k(z, z') = exp(-gamma / F * |z - z'|^2)         RBF kernel
+    k(z, z') = exp(-gamma / F * |z - z'|^2)         RBF kernel, or
+    k(z, z') = exp(-gamma / F * |z - z'|_1)         Laplacian kernel
     f_t(z) = sum_m k(z, z_m) alpha_mt + offset_t    one function per task t
 
 ``alpha_t = (K + lam I)^-1 (y_t - offset_t)`` over the training molecules that have a
@@ -16,8 +17,9 @@ eigendecomposition per gamma and task, so a task with more than ``SEARCH_SIZE``
 labelled molecules is searched on that many of them drawn at random (a generator of its
 own, so no other random stream moves), and its weights are then solved on all of them
 by one Cholesky factorisation (how the cap was chosen: the README's molecule section).
-The search may also try a Laplacian kernel, ``exp(-gamma / F * |z - z'|_1)``, beside the
-RBF (``fit``'s ``grid``); the default ``GRID`` is the RBF's alone.
+The search also tries a Laplacian kernel, ``exp(-gamma / F * |z - z'|_1)``, over its own
+gammas (``GRID``), so each fit's leave-one-out error picks the kernel as well: one more
+eigendecomposition per gamma (nine in all), and one (M, M) distance matrix per kernel.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ RIDGES = (0.003, 0.01, 0.03, 0.1)
 RBF = 2  # the kernel's distance: squared Euclidean, exp(-gamma / F * |z - z'|_2^2)
 LAPLACIAN = 1  # the kernel's distance: L1, exp(-gamma / F * |z - z'|_1)
 LAPLACIAN_GAMMAS = (0.2, 0.4, 0.8, 1.6, 3.2)  # gamma / F scales an L1 distance over F
-GRID = ((RBF, GAMMAS),)  # the (distance, gammas) pairs the leave-one-out search tries
+# the (distance, gammas) pairs the leave-one-out search tries: the least error picks the
+# kernel too (how it was chosen: the README's molecule section)
+GRID = ((RBF, GAMMAS), (LAPLACIAN, LAPLACIAN_GAMMAS))
 KERNEL_NAMES = {RBF: "rbf", LAPLACIAN: "laplacian"}
 CLIP = 5.0  # standardised descriptors beyond this many standard deviations are clipped
 SEARCH_SEED = 0  # of the generator that draws the molecules a capped search sees

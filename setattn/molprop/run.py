@@ -38,7 +38,7 @@ from setattn.datasets.molecules import MoleculeNote
 from setattn.domains.molecules import InvalidSmilesError
 from setattn.files import write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
-from setattn.molprop.batching import batches, stacked_targets
+from setattn.molprop.batching import stacked_targets
 from setattn.molprop.checkpoint import load_checkpoint
 from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.epoch_log import EpochLog
@@ -46,16 +46,9 @@ from setattn.molprop.failures import report_failures, skipped_rows
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
-from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
 from setattn.molprop.outputs import RunLock
-from setattn.molprop.predict import (
-    ensemble_spread,
-    kernel_outputs,
-    member_predictions,
-    outputs,
-    spread,
-)
+from setattn.molprop.scoring import ensemble_scores
 from setattn.viz import plot_training_curve
 
 __all__ = ["fit_kernel", "run_training"]
@@ -162,20 +155,6 @@ def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
     info = kernel.fit(torch.cat([d.descriptors for d in train]), y, names,
                       progress=distributed.world().is_main)
     return kernel, {**info, "seconds": time.perf_counter() - start}
-
-
-def _component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], task: str,
-                       names: Sequence[str], part: str) -> dict:
-    """Metrics of the attention network alone (the mean of the members' predictions in
-    target units or probabilities, as the ensemble averages them) and of the kernel
-    ridge alone on ``data``."""
-    y = stacked_targets(data, len(names))  # (M, T)
-    batched = batches(data)
-    net = torch.stack([m.to_units(outputs(m, batched)) for m in models]).mean(0)  # (M, T)
-    kernel_out = kernel_outputs(models[0], batched)  # (M, T)
-    return {"attention": evaluate(y, net, task, names, part),
-            "kernel_ridge": evaluate(y, models[0].to_units(models[0].kernel_as_outputs(
-                kernel_out)), task, names, part)}
 
 
 @dataclass
@@ -325,40 +304,23 @@ def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
     """``metrics.json`` (without the wall time): test and validation metrics of the
     ensemble and of each member, the blend's parts, split sizes and skipped rows."""
     names, task = run.target_columns, run.task
-    models = [r.model for r in results]
-    test_y = stacked_targets(parts.test, len(names))  # (M_test, T)
-    val_y = stacked_targets(parts.val, len(names))  # (M_val, T)
-    test_each = member_predictions(models, parts.test)  # (K, M_test, T)
-    test_mean, test_std = spread(test_each)  # (M_test, T) each
-    val_mean, val_std = ensemble_spread(models, parts.val)  # (M_val, T) each
+    scores = ensemble_scores([r.model for r in results], parts.val, parts.test, task, names,
+                             kernel_info)
+    member_test = scores.pop("member_test")
     metrics = {
         "task": task,
         "targets": list(names),
-        "test": evaluate(test_y, test_mean, task, names, "test part"),
-        "val": evaluate(val_y, val_mean, task, names, "validation part"),
+        "test": scores.pop("test"),
+        "val": scores.pop("val"),
         "models": [{"best_epoch": r.best_epoch, "epochs_run": len(r.rows),
-                    "test": evaluate(test_y, test_each[k], task, names, "test part")}
-                   for k, r in enumerate(results)],
+                    "test": member_test[k]} for k, r in enumerate(results)],
         "split": {"type": run.split, "seed": run.seed, "sizes": list(run.split_sizes),
                   "train": len(parts.train), "val": len(parts.val), "test": len(parts.test)},
         "molecules": len(parts.data),
         "skipped_rows": skipped_rows(parts.failures),
         "notes": [n._asdict() for n in parts.notes],
+        **scores,  # uncertainty, components
     }
-    if task == "regression":
-        cal = conformal.calibrate(val_y, val_mean, val_std)
-        metrics["uncertainty"] = {
-            "method": "split conformal on the validation part, "
-                      + ("scaled by the ensemble's std" if len(models) > 1 else "constant width"),
-            "calibration": cal.to_dict(),
-            "val": conformal.interval_report(val_y, val_mean, val_std, cal),
-            "test": conformal.interval_report(test_y, test_mean, test_std, cal)}
-    if kernel_info is not None:
-        metrics["components"] = {
-            "blend": float(models[0].blend), "kernel": kernel_info,
-            **{name: _component_metrics(models, part, task, names, f"{words} part")
-               for name, part, words in (("val", parts.val, "validation"),
-                                         ("test", parts.test, "test"))}}
     # every fit (epochs, checkpoints and all), plus the kernel ridge's fit
     metrics["train_seconds"] = (sum(r.seconds for r in results)
                                 + (kernel_info["seconds"] if kernel_info else 0.0))

@@ -32,6 +32,7 @@ from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import (
     CLIP,
     GAMMAS,
+    GRID,
     LAPLACIAN,
     LAPLACIAN_GAMMAS,
     RBF,
@@ -98,10 +99,11 @@ def test_the_choice_has_the_least_leave_one_out_error_of_the_grid():
     krr = KernelRidge(len(x), x.shape[1], 1)
     info = krr.fit(x.float(), y.float())
     z = krr.centres.double()
-    d = torch.cdist(z, z).square()
     yc = y[:, 0] - y[:, 0].mean()
-    best = min(mse for g in (0.1, 0.25, 0.5, 1.0)
-               for mse, _, _ in _loo_fits(torch.exp(-g / x.shape[1] * d), yc))
+    assert GRID == ((RBF, GAMMAS), (LAPLACIAN, LAPLACIAN_GAMMAS))  # both kernels by default
+    best = min(mse for norm, gammas in GRID for g in gammas
+               for mse, _, _ in _loo_fits(torch.exp(-g / x.shape[1] * _distances(z, z, norm)),
+                                          yc))
     assert info["loo_rmse"] == pytest.approx(best ** 0.5, rel=1e-6)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -74,10 +75,19 @@ def test_a_refit_reproduces_the_saved_run_and_scores_every_grid(grid, tmp_path):
 
 
 def test_a_changed_saved_kernel_is_named_by_folder(grid, tmp_path):
-    saved = torch.tensor([[1.0], [2.0]])
-    grid._check_same(saved, saved + 1e-7, tmp_path)
-    with pytest.raises(SystemExit, match="refitted with today's grid predicts"):
-        grid._check_same(saved, saved + 1e-3, tmp_path)
+    from setattn.molprop.kernel import KernelRidge
+
+    x, y = torch.randn(30, 8), torch.randn(30, 1)
+    saved = KernelRidge(30, 8, 1)
+    saved.fit(x, y)
+    again = KernelRidge(30, 8, 1)
+    again.load_state_dict(saved.state_dict())
+    val = [SimpleNamespace(descriptors=torch.randn(5, 8)) for _ in range(2)]  # two batches
+    grid._check_same(saved, again, val, tmp_path)
+    again.alpha[0] += 0.1
+    with pytest.raises(SystemExit, match="refitted with today's grid scores"):
+        grid._check_same(saved, again, val, tmp_path)
+    assert saved.alpha.dtype == torch.float32  # the check leaves both modules as they were
 
 
 def test_report_seeds_are_refused(grid, tmp_path):
