@@ -14,7 +14,8 @@ it) and its record in ``results.json``, as ``molecules.py`` writes them.
 
 Timing fields are not measured again: a record's ``seconds`` and ``fit_seconds`` are
 the saved run's, with the saved kernel ridge's fit seconds replaced by the new fit's
-(``kernel_refit`` in the record holds both). Runs without a kernel ridge are refused.
+(``kernel_refit`` in the record holds both), and ``mol_per_s`` follows from them as
+``molecules.py`` computes it. Runs without a kernel ridge are refused.
 
     python benchmarks/kernel_rescore.py --runs runs/report7_a_small --out runs/report9_small
 """
@@ -110,6 +111,7 @@ def rescore(folder: Path, out: Path) -> dict:
     before = run.metrics["components"]["kernel"]["seconds"]
     after = metrics["components"]["kernel"]["seconds"]
     result["seconds"] = record["result"]["seconds"] - before + after
+    result["mol_per_s"] = record["train"] * result["epochs"] / result["fit_seconds"]
     return {**record, "result": result,
             "kernel_refit": {"from": str(folder), "seconds_before": before,
                              "seconds_after": after,

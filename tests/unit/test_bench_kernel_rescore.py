@@ -55,6 +55,8 @@ def test_a_refit_at_todays_grid_reproduces_the_saved_run(rescore, tmp_path):
     assert new["train_seconds"] == pytest.approx(old["train_seconds"] - before + after)
     assert record["result"]["seconds"] == pytest.approx(50.0 - before + after)
     assert record["result"]["metric"] == pytest.approx(new["test"]["rmse"])
+    assert record["result"]["mol_per_s"] == pytest.approx(
+        36 * record["result"]["epochs"] / new["train_seconds"])
     assert record["kernel_refit"]["choice"]["kernel"] == "rbf"
     # the written folder is a run that reloads, with its data file beside it
     models, _ = load_run(target)
