@@ -30,20 +30,19 @@ import copy
 import json
 import math
 import statistics
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 from blend_weight import check_record, load_parts, metric
+from kernel_rescore import part_data
 from molecule_sets import SETS
 from recalibrate import open_run, run_folders
 from util import print_table
 
 from setattn.molprop.batching import batches
-from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import GAMMAS, LAPLACIAN, LAPLACIAN_GAMMAS, RBF, RIDGES, KernelRidge
-from setattn.molprop.model import MoleculeModel, target_scaling
+from setattn.molprop.run import fit_kernel
 
 WIDER_GAMMAS = (*GAMMAS, 2.0)
 WIDER_RIDGES = (*RIDGES, 0.3, 1.0)
@@ -65,28 +64,6 @@ float32 forward pass, a sum over thousands of weighted kernel values, turns into
 1e-4 on BACE1; the float64 pass keeps them about 2.5e-7 apart.)"""
 
 
-def fit_grid(model: MoleculeModel, descriptors: torch.Tensor, y: torch.Tensor,
-             grid: tuple, ridges: tuple[float, ...]) -> tuple[KernelRidge, dict]:
-    """A kernel ridge fitted as ``setattn.molprop.run.fit_kernel`` fits it, over ``grid``
-    and ``ridges``, and its choice with the fit's seconds.
-
-    Args:
-        descriptors: (M, F) the training part's raw descriptors; y: (M, T) its targets.
-    """
-    config = model.config
-    start = time.perf_counter()
-    if config.task == "regression":
-        mean, std = target_scaling(y)
-        y = (y - mean) / std  # (M, T)
-    kernel = KernelRidge(len(y), config.descriptor_dim, config.num_tasks)
-    info = kernel.fit(descriptors, y, grid=grid, ridges=ridges)
-    return kernel, {**info, "seconds": time.perf_counter() - start}
-
-
-def _data(run, rows: list[int], dim: int) -> list:
-    return [featurize(run.smiles[i], dim, row=i, source=str(run.data)) for i in rows]
-
-
 def refit(folder: Path, candidates: dict = CANDIDATES) -> dict:
     """One saved run's record: per candidate grid, the validation metric of the blend and
     of the kernel ridge alone, the choice and the fit's seconds.
@@ -99,16 +76,14 @@ def refit(folder: Path, candidates: dict = CANDIDATES) -> dict:
     check_record(parts, metrics, folder)
     run = open_run(folder)
     first = run.models[0]
-    dim = first.config.descriptor_dim
-    rows = run.split["train"]
-    descriptors = torch.cat([d.descriptors for d in _data(run, rows, dim)])  # (M, F)
-    y = torch.from_numpy(run.y[rows]).float()  # (M, T), as setattn train reads them
-    val = batches(_data(run, run.split["val"], dim))
+    train = part_data(run, run.split["train"])
+    val = batches(part_data(run, run.split["val"]))
     weight = float(metrics["components"]["blend"])
     out = {"folder": str(folder), "set": parts.dataset, "split": parts.split,
            "seed": parts.seed, "blend": {}, "kernel_alone": {}, "choice": {}, "seconds": {}}
     for name, (grid, ridges) in candidates.items():
-        kernel, info = fit_grid(first, descriptors, y, grid, ridges)
+        kernel, info = fit_kernel(train, first.config, metrics["targets"], grid=grid,
+                                  ridges=ridges)
         with torch.no_grad():
             scores = torch.cat([kernel(b.descriptors) for b in val])  # (M_val, T)
             alone = first.to_units(first.kernel_as_outputs(scores))  # (M_val, T)

@@ -136,9 +136,10 @@ def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
 
 
 def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
-               names: Sequence[str]) -> tuple[KernelRidge, dict]:
+               names: Sequence[str], **search: object) -> tuple[KernelRidge, dict]:
     """The kernel ridge of a model, fitted to its standardised training targets
-    (regression) or to the 0/1 labels (classification).
+    (regression) or to the 0/1 labels (classification); ``search`` goes to
+    ``KernelRidge.fit`` (``grid``, ``ridges``: the library's defaults without it).
 
     Raises:
         ValueError: naming a target column without any training label.
@@ -153,7 +154,7 @@ def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
         y = (y - mean) / std  # (M, T)
     kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
     info = kernel.fit(torch.cat([d.descriptors for d in train]), y, names,
-                      progress=distributed.world().is_main)
+                      progress=distributed.world().is_main, **search)
     return kernel, {**info, "seconds": time.perf_counter() - start}
 
 
