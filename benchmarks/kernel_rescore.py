@@ -92,6 +92,19 @@ def write_run(run: RunFiles, folder: Path, target: Path, metrics: dict) -> None:
     (target / "metrics.json").write_text(json.dumps(metrics, indent=1))
 
 
+def saved_record(folder: Path, run: RunFiles) -> dict:
+    """The one setattn record of the run folder in its benchmark's ``results.json``;
+    SystemExit naming the folder where there is none or more than one."""
+    root = folder.parent.parent.parent
+    saved = [r for r in load_results(root)
+             if (r["dataset"], r["split"], r["seed"], r["tool"])
+             == (folder.parent.parent.name, run.kind, run.seed, "setattn")]
+    if len(saved) != 1:
+        raise SystemExit(f"{folder}: {len(saved)} setattn records of it in "
+                         f"{root / 'results.json'}, not 1")
+    return saved[0]
+
+
 def rescore(folder: Path, out: Path) -> dict:
     """Fit one saved run's kernel ridge again, write its folder under ``out`` and return
     its record (the saved record's fields, the scores and times changed)."""
@@ -100,13 +113,7 @@ def rescore(folder: Path, out: Path) -> dict:
     dataset, column = folder.parent.parent.name, folder.parent.name
     target = out / dataset / column / "setattn"
     write_run(run, folder, target, metrics)
-    saved = [r for r in load_results(folder.parent.parent.parent)
-             if (r["dataset"], r["split"], r["seed"], r["tool"])
-             == (dataset, run.kind, run.seed, "setattn")]
-    if len(saved) != 1:
-        raise SystemExit(f"{folder}: {len(saved)} setattn records of it in "
-                         f"{folder.parent.parent.parent / 'results.json'}, not 1")
-    record = saved[0]
+    record = saved_record(folder, run)
     result = setattn_result(metrics, target, SETS[dataset].metric)
     before = run.metrics["components"]["kernel"]["seconds"]
     after = metrics["components"]["kernel"]["seconds"]
@@ -118,15 +125,22 @@ def rescore(folder: Path, out: Path) -> dict:
                              "choice": metrics["components"]["kernel"]}}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", nargs="+", type=Path, required=True,
-                        help="molecules.py --out folders holding saved runs with a kernel ridge")
+def rescore_args(argv: list[str] | None, doc: str, runs: str) -> argparse.Namespace:
+    """The command line of a script that scores saved runs again (``--runs``, ``--out``,
+    ``--threads``, which it also sets)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--runs", nargs="+", type=Path, required=True, help=runs)
     parser.add_argument("--out", type=Path, required=True,
                         help="where the rescored run folders and results.json go")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = rescore_args(argv, __doc__,
+                        "molecules.py --out folders holding saved runs with a kernel ridge")
     done = {record_key(r) for r in load_results(args.out)}
     for folder in run_folders(args.runs):
         record = rescore(folder, args.out)

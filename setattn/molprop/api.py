@@ -25,17 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from setattn.files import atomic_open, write_json
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig
-from setattn.molprop.conformal import bounds
 from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import DEFAULT_METHOD, explain_smiles
 from setattn.molprop.loop import quiet
 from setattn.molprop.model import MoleculeModel
-from setattn.molprop.predict import predict_smiles
+from setattn.molprop.predict import predict_interval, predict_smiles
 from setattn.molprop.run import run_training
 from setattn.molprop.settings import config_section, new_run, option_names, run_flags
 
@@ -249,12 +247,16 @@ class MoleculePredictor:
         self._check_fitted()
         smiles = _smiles_list(smiles, "smiles")
         mean, std, messages = predict_smiles(self.models, smiles)  # (M, T) each
+        self._note(smiles, messages)
+        return mean.numpy(), std.numpy()
+
+    def _note(self, smiles: list[str], messages: list[str]) -> None:
+        """Keep a prediction's per-SMILES errors and notes in ``errors`` and ``notes``."""
         self.errors = [(i, s, m.removeprefix("invalid SMILES: "))
                        for i, (s, m) in enumerate(zip(smiles, messages))
                        if m and not m.startswith("note: ")]
         self.notes = [(i, s, m.removeprefix("note: "))
                       for i, (s, m) in enumerate(zip(smiles, messages)) if m.startswith("note: ")]
-        return mean.numpy(), std.numpy()
 
     def predict(self, smiles: str | Sequence[str]) -> np.ndarray:
         """(M, T) float32 predictions: target units (regression) or probabilities; the
@@ -280,8 +282,10 @@ class MoleculePredictor:
         if calibration is None:
             raise ValueError("MoleculePredictor.predict_interval: this run has no interval "
                              "calibration (classification, or saved before intervals existed)")
-        mean, std = self._predict(smiles)  # (M, T) each
-        lower, upper = bounds(torch.from_numpy(mean), torch.from_numpy(std), calibration)
+        self._check_fitted()
+        smiles = _smiles_list(smiles, "smiles")
+        _, lower, upper, messages = predict_interval(self.models, smiles, calibration)
+        self._note(smiles, messages)
         return lower.numpy(), upper.numpy()
 
     def explain(self, smiles: str, method: str = DEFAULT_METHOD) -> np.ndarray:

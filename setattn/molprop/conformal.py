@@ -3,16 +3,21 @@
 After training, the validation molecules (which training never fits, only early-stops
 on) give each target t a scale ``q_t`` such that the interval::
 
-    mean +- q_t * (std + floor_t)
+    mean +- q_t * (u + floor_t)
 
 holds the true value for about ``level`` of new molecules drawn like the validation
-ones. ``std`` is the spread of the ensemble's members; ``floor_t`` is the mean
-validation std (1 where the ensemble has one member, or its members agree everywhere:
-then every interval has the same width, plain absolute-residual conformal). ``q_t`` is
-the ``ceil((n + 1) * level)``-th smallest normalised validation error
-``|y - mean| / (std + floor_t)`` of the n labelled validation molecules (Vovk et al.,
+ones. ``u`` is the calibration's ``spread``: the kernel ridge's posterior std
+(``KernelRidge.posterior_std``, how far a molecule lies from the training molecules)
+where the model blends a kernel ridge, else the spread of the ensemble's members
+(how each was chosen: the README's molecule section). ``floor_t`` is the mean of ``u``
+over the validation molecules (1 where that is 0, e.g. one model: then every interval
+has the same width, plain absolute-residual conformal). ``q_t`` is the
+``ceil((n + 1) * level)``-th smallest normalised validation error
+``|y - mean| / (u + floor_t)`` of the n labelled validation molecules (Vovk et al.,
 "Algorithmic Learning in a Random World", 2005; Angelopoulos & Bates, "A Gentle
 Introduction to Conformal Prediction", 2021), infinite when n is too small for the level.
+The coverage holds whatever ``u`` is; a ``u`` that follows the errors gives narrower
+intervals.
 
 The guarantee is marginal and needs the test molecules to be exchangeable with the
 validation ones (a random split); on a scaffold split, coverage of new scaffolds may be
@@ -27,11 +32,14 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["LEVEL", "Calibration", "bounds", "calibrate", "coverage", "interval_report",
-           "quantile"]
+__all__ = ["ENSEMBLE", "KERNEL", "LEVEL", "SPREADS", "Calibration", "bounds", "calibrate",
+           "coverage", "interval_report", "quantile"]
 
 LEVEL = 0.9
 """Share of molecules a prediction interval is calibrated to hold."""
+ENSEMBLE = "ensemble"  # intervals scaled by the spread of the ensemble's members
+KERNEL = "kernel"  # by the kernel ridge's posterior std
+SPREADS = (ENSEMBLE, KERNEL)
 
 
 @dataclass
@@ -40,16 +48,19 @@ class Calibration:
 
     Attributes:
         level: the calibrated coverage, e.g. 0.9.
-        scale: q_t per target (T,), in units of ``std + floor``; inf (null in JSON)
+        scale: q_t per target (T,), in units of ``u + floor``; inf (null in JSON)
             when the validation part had too few labels for the level.
-        floor: floor_t per target (T,), added to the ensemble std.
+        floor: floor_t per target (T,), added to ``u``.
         calibration_size: labelled validation molecules per target (T,).
+        spread: what ``u`` is: ``ENSEMBLE`` (the members' std) or ``KERNEL`` (the kernel
+            ridge's posterior std); runs saved before there was a choice have ``ENSEMBLE``.
     """
 
     level: float
     scale: list[float]
     floor: list[float]
     calibration_size: list[int]
+    spread: str = ENSEMBLE
 
     def to_dict(self) -> dict:
         """JSON-ready: an infinite scale becomes None (null)."""
@@ -65,9 +76,13 @@ class Calibration:
             cal = cls(level=float(d["level"]),
                       scale=[math.inf if v is None else float(v) for v in d["scale"]],
                       floor=[float(v) for v in d["floor"]],
-                      calibration_size=[int(v) for v in d["calibration_size"]])
+                      calibration_size=[int(v) for v in d["calibration_size"]],
+                      spread=str(d.get("spread", ENSEMBLE)))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{source}: not a conformal calibration ({err!r})") from err
+        if cal.spread not in SPREADS:
+            raise ValueError(f"{source}: the calibration's spread must be one of {SPREADS}, "
+                             f"got {cal.spread!r}")
         if not len(cal.scale) == len(cal.floor) == len(cal.calibration_size):
             raise ValueError(f"{source}: scale, floor and calibration_size differ in length")
         return cal
@@ -104,22 +119,28 @@ def quantile(scores: Tensor, level: float, guarantee: bool = True) -> float:
 
 
 def calibrate(y: Tensor, mean: Tensor, std: Tensor, level: float = LEVEL,
-              guarantee: bool = True) -> Calibration:
+              guarantee: bool = True, spread: str = ENSEMBLE) -> Calibration:
     """Fit the calibration on validation molecules.
 
     Args:
         y: (M, T) true values, NaN where missing.
         mean: (M, T) predictions.
-        std: (M, T) ensemble spreads (zeros for one model).
+        std: (M, T) ``u``, what the intervals are scaled by: the ensemble's spreads
+            (zeros for one model), or the kernel ridge's posterior std (``spread``).
         level: the coverage to calibrate, in (0, 1).
         guarantee: which quantile of the scores (see ``quantile``).
+        spread: what ``std`` is (``ENSEMBLE`` or ``KERNEL``), recorded in the
+            calibration so that predictions scale their intervals by the same.
 
     Returns:
         The ``Calibration``.
 
     Raises:
-        ValueError: if ``level`` is not in (0, 1) or the shapes differ.
+        ValueError: if ``level`` is not in (0, 1), the shapes differ or ``spread`` is
+            unknown.
     """
+    if spread not in SPREADS:
+        raise ValueError(f"conformal spread must be one of {SPREADS}, got {spread!r}")
     if not 0 < level < 1:
         raise ValueError(f"conformal level must be in (0, 1), got {level}")
     if not y.shape == mean.shape == std.shape:
@@ -128,18 +149,20 @@ def calibrate(y: Tensor, mean: Tensor, std: Tensor, level: float = LEVEL,
     scale, floor, sizes = [], [], []
     for t in range(y.shape[1]):
         ok = ~torch.isnan(y[:, t])  # (M,)
-        spread = std[ok, t].double()  # (n,)
-        base = float(spread.mean()) if spread.numel() and float(spread.mean()) > 0 else 1.0
-        scores = ((y[ok, t].double() - mean[ok, t].double()).abs() / (spread + base)).sort()
+        u = std[ok, t].double()  # (n,)
+        base = float(u.mean()) if u.numel() and float(u.mean()) > 0 else 1.0
+        scores = ((y[ok, t].double() - mean[ok, t].double()).abs() / (u + base)).sort()
         scale.append(quantile(scores.values, level, guarantee))
         floor.append(base)
         sizes.append(int(ok.sum()))
-    return Calibration(level=level, scale=scale, floor=floor, calibration_size=sizes)
+    return Calibration(level=level, scale=scale, floor=floor, calibration_size=sizes,
+                       spread=spread)
 
 
 def bounds(mean: Tensor, std: Tensor, cal: Calibration) -> tuple[Tensor, Tensor]:
     """Lower and upper interval ends, each (M, T), for predictions ``mean`` (M, T) with
-    ensemble spreads ``std`` (M, T)."""
+    ``std`` (M, T) the calibration's ``u``: the ensemble's spreads or the kernel ridge's
+    posterior std, as ``cal.spread`` says."""
     scale = torch.tensor(cal.scale, dtype=mean.dtype, device=mean.device)  # (T,)
     floor = torch.tensor(cal.floor, dtype=mean.dtype, device=mean.device)  # (T,)
     half = scale * (std + floor)  # (M, T)
@@ -167,15 +190,16 @@ def interval_report(y: Tensor, mean: Tensor, std: Tensor, cal: Calibration) -> d
 
     Args:
         y: (M, T) true values, NaN where missing.
-        mean, std: (M, T) predictions and ensemble spreads.
+        mean, std: (M, T) predictions and the calibration's ``u`` (``bounds``).
         cal: the calibration.
 
     Returns:
         ``{"level", "coverage", "mean_width", "spearman", "per_target"}``: coverage
         (share of labels inside their interval) and mean width pooled over the targets'
         labels (None where a width is infinite); ``spearman`` the Spearman correlation
-        of the absolute error with std, averaged over targets where it is defined (None
-        where std is constant, e.g. one model).
+        of the absolute error with ``u`` (so with the width), averaged over targets where
+        it is defined (None where ``u`` is constant, e.g. one model without a kernel
+        ridge).
     """
     lower, upper = bounds(mean, std, cal)  # (M, T) each
     per_target, widths = [], []

@@ -20,6 +20,12 @@ by one Cholesky factorisation (how the cap was chosen: the README's molecule sec
 The search also tries a Laplacian kernel, ``exp(-gamma / F * |z - z'|_1)``, over its own
 gammas (``GRID``), so each fit's leave-one-out error picks the kernel as well: one more
 eigendecomposition per gamma (nine in all), and one (M, M) distance matrix per kernel.
+
+``posterior_std`` is the fitted kernel ridge read as a Gaussian process: how far a
+molecule's descriptors lie from the training molecules', ``sqrt(1 - k^T (K + lam I)^-1 k)``
+on at most ``SPREAD_SIZE`` of the centres. The prediction intervals of regression runs
+are scaled by it (``setattn.molprop.conformal``; how it was chosen: the README's
+molecule section).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ KERNEL_NAMES = {RBF: "rbf", LAPLACIAN: "laplacian"}
 CLIP = 5.0  # standardised descriptors beyond this many standard deviations are clipped
 SEARCH_SEED = 0  # of the generator that draws the molecules a capped search sees
 SEARCH_SIZE = 2000  # the most labelled molecules per task the leave-one-out search sees
+SPREAD_SIZE = 2000  # the most centres the posterior std is computed from
+SPREAD_SEED = 0  # of the generator that draws them when there are more
 
 
 def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
@@ -139,6 +147,7 @@ class KernelRidge(nn.Module):
         self.register_buffer("gamma", torch.tensor(GAMMAS[0], dtype=torch.float64))  # ()
         self.register_buffer("ridge", torch.tensor(RIDGES[0], dtype=torch.float64))  # ()
         self.register_buffer("norm", torch.tensor(float(RBF), dtype=torch.float64))  # ()
+        self._spread: tuple | None = None  # posterior_std's (key, centres, factor)
 
     def _standardise(self, d: Tensor) -> Tensor:
         return ((d - self.mean) / self.std).clamp(-CLIP, CLIP)  # (G, F)
@@ -221,6 +230,48 @@ class KernelRidge(nn.Module):
         self.norm.fill_(float(norm))
         return {"kernel": KERNEL_NAMES[norm], "gamma": gamma, "ridge": ridge,
                 "loo_rmse": math.sqrt(mse)}
+
+    def _spread_factor(self) -> tuple[Tensor, Tensor]:
+        """The posterior std's centres (S, F) and the lower Cholesky factor (S, S) of their
+        kernel plus the ridge, float64; computed once per fitted state (a fingerprint of
+        the buffers tells a refit or a new ``state_dict`` apart)."""
+        key = (str(self.centres.device), tuple(self.centres.shape), float(self.gamma),
+               float(self.ridge), int(self.norm), float(self.centres.double().sum()),
+               float(self.mean.double().sum()), float(self.std.double().sum()))
+        if self._spread is None or self._spread[0] != key:
+            centres = self.centres.double()  # (M, F)
+            if len(centres) > SPREAD_SIZE:
+                generator = torch.Generator().manual_seed(SPREAD_SEED)
+                pick = torch.randperm(len(centres), generator=generator,
+                                      device="cpu")[:SPREAD_SIZE]  # (S,)
+                centres = centres[pick.sort().values.to(centres.device)]  # (S, F)
+            f = centres.shape[1]
+            kernel = torch.exp(-float(self.gamma) / f * _distances(centres, centres,
+                                                                   int(self.norm)))  # (S, S)
+            kernel += float(self.ridge) * torch.eye(len(centres), dtype=kernel.dtype,
+                                                    device=kernel.device)
+            self._spread = (key, centres, torch.linalg.cholesky(kernel))
+        return self._spread[1], self._spread[2]
+
+    @torch.no_grad()
+    def posterior_std(self, descriptors: Tensor) -> Tensor:
+        """The kernel ridge's Gaussian-process posterior standard deviation, in units of
+        the prior's (between 0 and 1; the same for every task).
+
+        Args:
+            descriptors: (G, F) raw descriptors.
+
+        Returns:
+            (G,) ``sqrt(1 - k^T (K + lam I)^-1 k)``, float32, with ``k`` (S,) the kernel
+            between a molecule and S = min(M, ``SPREAD_SIZE``) centres (drawn at random
+            with seed ``SPREAD_SEED`` when M is larger) and ``K`` (S, S) theirs.
+        """
+        centres, factor = self._spread_factor()  # (S, F), (S, S)
+        z = self._standardise(descriptors.to(self.mean.device)).double()  # (G, F)
+        cross = torch.exp(-float(self.gamma) / centres.shape[1]
+                          * _distances(z, centres, int(self.norm)))  # (G, S)
+        v = torch.linalg.solve_triangular(factor, cross.T, upper=False)  # (S, G)
+        return (1 - v.square().sum(0)).clamp_min(0).sqrt().float()  # (G,)
 
     def forward(self, descriptors: Tensor) -> Tensor:
         """Args:

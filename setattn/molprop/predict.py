@@ -25,16 +25,16 @@ from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, 
 from setattn.files import atomic_open
 from setattn.molprop import distributed
 from setattn.molprop.batching import batches
-from setattn.molprop.conformal import Calibration, bounds
+from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.outputs import check_output_file
 
-__all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "kernel_outputs",
-           "member_predictions", "outputs", "predict", "predict_all", "predict_csv",
-           "predict_smiles", "spread"]
+__all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "interval_spread",
+           "kernel_outputs", "member_predictions", "outputs", "predict", "predict_all",
+           "predict_csv", "predict_interval", "predict_smiles", "spread", "spread_kind"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
@@ -80,6 +80,31 @@ def ensemble_spread(models: Sequence[MoleculeModel], data: Sequence[Data]
     return spread(member_predictions(models, data))
 
 
+def spread_kind(models: Sequence[MoleculeModel]) -> str:
+    """What an ensemble's prediction intervals are scaled by: ``KERNEL`` (the kernel
+    ridge's posterior std) for regression models that blend a kernel ridge, else
+    ``ENSEMBLE`` (the spread of the members)."""
+    first = models[0]
+    return KERNEL if first.config.task == "regression" and first.kernel is not None else ENSEMBLE
+
+
+def interval_spread(models: Sequence[MoleculeModel], data: Sequence[Data], std: Tensor,
+                    kind: str) -> Tensor:
+    """(M, T) the ``u`` of a calibration of ``kind`` (``setattn.molprop.conformal``): the
+    ensemble's ``std`` (M, T) itself, or the first model's kernel ridge's posterior std
+    at the descriptors of ``data`` (the members share one kernel ridge), on the CPU."""
+    if kind == ENSEMBLE:
+        return std
+    if models[0].kernel is None:
+        raise ValueError("intervals scaled by the kernel ridge's posterior std need a model "
+                         "with a kernel ridge")
+    if not data:
+        return torch.zeros(0, std.shape[1], device="cpu")
+    descriptors = torch.cat([d.descriptors for d in data])  # (M, F)
+    u = models[0].kernel.posterior_std(descriptors).cpu()  # (M,)
+    return u[:, None].expand(-1, std.shape[1]).contiguous()  # (M, T)
+
+
 @torch.no_grad()
 def outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
     """(M, T) forward outputs (standardised regression values or logits) of the
@@ -121,15 +146,17 @@ def _message(err: InvalidSmilesError) -> str:
 
 @torch.no_grad()
 def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first_row: int,
-                   source: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS
-                   ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+                   source: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
     """Predictions for one chunk of SMILES.
 
     Returns:
-        mean (M, T) and std (M, T) over the models (NaN rows where the SMILES failed),
-        and one message per SMILES: "" when it was predicted as written, "note: ..."
-        when predicted with a remark (several fragments: the largest one), else why it
-        was not ("invalid SMILES: ..." or "skipped: ...").
+        mean (M, T) and std (M, T) over the models and the intervals' ``u`` (M, T) of a
+        calibration of ``kind`` (``interval_spread``; ``std`` itself for
+        ``ENSEMBLE``), NaN rows where the SMILES failed; and one message per SMILES: ""
+        when it was predicted as written, "note: ..." when predicted with a remark
+        (several fragments: the largest one), else why it was not ("invalid SMILES: ..."
+        or "skipped: ...").
     """
     descriptor_dim = models[0].config.descriptor_dim
     num_tasks = models[0].config.num_tasks
@@ -146,11 +173,13 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
     # the chunk's output table: on the CPU, where ``predict`` returns its rows
     mean = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
     std = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
+    u = std.clone()  # (M, T)
     if data:
         stacked = torch.stack([predict(model, data) for model in models])  # (K, M_ok, T)
         index = torch.tensor(ok, device="cpu")  # (M_ok,)
         mean[index], std[index] = spread(stacked)
-    return mean, std, errors
+        u[index] = interval_spread(models, data, std[index], kind)
+    return mean, std, u, errors
 
 
 def predict_smiles(models: Sequence[MoleculeModel], smiles: Sequence[str]
@@ -161,31 +190,47 @@ def predict_smiles(models: Sequence[MoleculeModel], smiles: Sequence[str]
         mean (M, T) and std (M, T) over the models (zeros for one model; NaN rows where
         a SMILES does not parse), and one error message per SMILES ("" when it parsed).
     """
-    return _predict_chunk(models, list(smiles), 0, "smiles")
+    mean, std, _, errors = _predict_chunk(models, list(smiles), 0, "smiles")
+    return mean, std, errors
 
 
-# A chunk's work in a worker process: (first row, SMILES) -> (mean, std, errors).
+def predict_interval(models: Sequence[MoleculeModel], smiles: Sequence[str],
+                     calibration: Calibration) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+    """An ensemble's predictions for a list of SMILES with their prediction intervals.
+
+    Returns:
+        mean (M, T), the intervals' lower and upper ends (M, T) each (NaN rows where a
+        SMILES does not parse), and one error message per SMILES as ``predict_smiles``.
+    """
+    mean, _, u, errors = _predict_chunk(models, list(smiles), 0, "smiles",
+                                        kind=calibration.spread)
+    lower, upper = bounds(mean, u, calibration)  # (M, T) each
+    return mean, lower, upper, errors
+
+
+# A chunk's work in a worker process: (first row, SMILES) -> (mean, std, u, errors).
 # The models reach the workers by fork (set by _init_worker), not through a pipe.
 _WORKER: dict = {}
 
 
 def _init_worker(models: Sequence[MoleculeModel], source: str, max_heavy_atoms: int,
-                 worker_init: Callable[[], None] | None) -> None:
+                 kind: str, worker_init: Callable[[], None] | None) -> None:
     if worker_init is not None:
         worker_init()
-    _WORKER.update(models=models, source=source, max_heavy_atoms=max_heavy_atoms)
+    _WORKER.update(models=models, source=source, max_heavy_atoms=max_heavy_atoms, kind=kind)
 
 
 def _worker_chunk(task: tuple[int, list[str]]) -> tuple:
     first_row, smiles = task
-    mean, std, errors = _predict_chunk(_WORKER["models"], smiles, first_row, _WORKER["source"],
-                                       _WORKER["max_heavy_atoms"])
-    return mean.numpy(), std.numpy(), errors  # arrays travel back as plain bytes
+    mean, std, u, errors = _predict_chunk(_WORKER["models"], smiles, first_row,
+                                          _WORKER["source"], _WORKER["max_heavy_atoms"],
+                                          _WORKER["kind"])
+    return mean.numpy(), std.numpy(), u.numpy(), errors  # arrays travel back as plain bytes
 
 
 def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, list[str]]],
                     source: str, workers: int, worker_init: Callable[[], None] | None,
-                    max_heavy_atoms: int = MAX_HEAVY_ATOMS
+                    max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE
                     ) -> Iterator[tuple[list[str], tuple]]:
     """(SMILES, ``_predict_chunk`` result) for each (first row, SMILES) task, in order.
 
@@ -196,7 +241,8 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     """
     if workers <= 1:
         for first_row, smiles in tasks:
-            yield smiles, _predict_chunk(models, smiles, first_row, source, max_heavy_atoms)
+            yield smiles, _predict_chunk(models, smiles, first_row, source, max_heavy_atoms,
+                                         kind)
         return
     # Forked workers share this process's memory until they write to it; freezing the
     # objects alive now keeps the workers' garbage collector from touching (and so
@@ -204,7 +250,7 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     gc.freeze()
     try:
         with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), _init_worker,
-                                 (models, source, max_heavy_atoms, worker_init)) as pool:
+                                 (models, source, max_heavy_atoms, kind, worker_init)) as pool:
             pending: deque = deque()
             for task in tasks:
                 pending.append((task[1], pool.submit(_worker_chunk, task)))
@@ -218,9 +264,9 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
         gc.unfreeze()
 
 
-def _from_worker(result: tuple) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    mean, std, errors = result
-    return torch.from_numpy(mean), torch.from_numpy(std), errors
+def _from_worker(result: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    mean, std, u, errors = result
+    return torch.from_numpy(mean), torch.from_numpy(std), torch.from_numpy(u), errors
 
 
 def _cell(value: float) -> str:
@@ -279,10 +325,11 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
             writer = csv.writer(dst)
             writer.writerow(header_out)
             tasks = _chunk_tasks(_read_chunks(table.records, chunk_rows), col)
+            kind = calibration.spread if calibration is not None else ENSEMBLE
             stream = _predict_stream(models, tasks, source, workers, worker_init,
-                                     max_heavy_atoms)
-            for smiles, (mean, std, messages) in stream:
-                _write_rows(writer, smiles, mean, std, messages, len(models) > 1,
+                                     max_heavy_atoms, kind)
+            for smiles, (mean, std, u, messages) in stream:
+                _write_rows(writer, smiles, mean, std, u, messages, len(models) > 1,
                             calibration)
                 counts["rows"] += len(smiles)
                 counts["notes"] += sum(1 for m in messages if m.startswith("note: "))
@@ -291,11 +338,12 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
 
 
 def _write_rows(writer, smiles: list[str], mean: torch.Tensor, std: torch.Tensor,
-                messages: list[str], spread: bool, calibration: Calibration | None) -> None:
+                u: torch.Tensor, messages: list[str], spread: bool,
+                calibration: Calibration | None) -> None:
     """One output row per SMILES: it, the (T,) means, the (T,) stds if ``spread``, each
-    target's interval ends with a ``calibration``, the message."""
+    target's interval ends (from ``u``) with a ``calibration``, the message."""
     if calibration is not None:
-        lower, upper = bounds(mean, std, calibration)  # (M, T) each
+        lower, upper = bounds(mean, u, calibration)  # (M, T) each
         ends = torch.stack([lower, upper], dim=2).flatten(1)  # (M, 2T): t's lower, upper
     for m, text in enumerate(smiles):
         cells = [text, *(_cell(v) for v in mean[m].tolist())]

@@ -16,10 +16,12 @@ from setattn.molprop.metrics import evaluate
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.predict import (
     ensemble_spread,
+    interval_spread,
     kernel_outputs,
     member_predictions,
     outputs,
     spread,
+    spread_kind,
 )
 
 __all__ = ["component_metrics", "ensemble_scores"]
@@ -39,6 +41,12 @@ def component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], tas
                 kernel_out)), task, names, part)}
 
 
+def _scaled_by(kind: str, models: Sequence[MoleculeModel]) -> str:
+    if kind == conformal.KERNEL:
+        return "scaled by the kernel ridge's posterior std"
+    return "scaled by the ensemble's std" if len(models) > 1 else "constant width"
+
+
 def ensemble_scores(models: Sequence[MoleculeModel], val: Sequence[Data],
                     test: Sequence[Data], task: str, names: Sequence[str],
                     kernel_info: dict | None = None) -> dict:
@@ -51,7 +59,8 @@ def ensemble_scores(models: Sequence[MoleculeModel], val: Sequence[Data],
 
     Returns:
         ``test`` and ``val``: the metrics of the members' mean; ``member_test``: K test
-        metrics; for regression ``uncertainty`` (90 % intervals calibrated on ``val``);
+        metrics; for regression ``uncertainty`` (90 % intervals calibrated on ``val``,
+        scaled as ``predict.spread_kind`` says);
         with a kernel ridge ``components`` (the blend weight, ``kernel_info``, and the
         parts of the network alone and of the kernel ridge alone).
     """
@@ -66,13 +75,15 @@ def ensemble_scores(models: Sequence[MoleculeModel], val: Sequence[Data],
         "member_test": [evaluate(test_y, each, task, names, "test part") for each in test_each],
     }
     if task == "regression":
-        cal = conformal.calibrate(val_y, val_mean, val_std)
+        kind = spread_kind(models)
+        val_u = interval_spread(models, val, val_std, kind)  # (M_val, T)
+        test_u = interval_spread(models, test, test_std, kind)  # (M_test, T)
+        cal = conformal.calibrate(val_y, val_mean, val_u, spread=kind)
         scores["uncertainty"] = {
-            "method": "split conformal on the validation part, "
-                      + ("scaled by the ensemble's std" if len(models) > 1 else "constant width"),
+            "method": "split conformal on the validation part, " + _scaled_by(kind, models),
             "calibration": cal.to_dict(),
-            "val": conformal.interval_report(val_y, val_mean, val_std, cal),
-            "test": conformal.interval_report(test_y, test_mean, test_std, cal)}
+            "val": conformal.interval_report(val_y, val_mean, val_u, cal),
+            "test": conformal.interval_report(test_y, test_mean, test_u, cal)}
     if kernel_info is not None:
         scores["components"] = {
             "blend": float(models[0].blend), "kernel": kernel_info,
