@@ -9,7 +9,9 @@ takes ``--molecules`` SMILES from each run's data file and predicts them in one 
 ensemble's spread only and once with the posterior std too, alternating over
 ``--rounds`` rounds (the factor is computed before the first round, as a ``predict``
 command computes it on its first chunk, and timed on its own). It prints per run the
-median seconds of each and their ratio.
+median seconds of each and their ratio, and the median seconds of the posterior std
+alone on the same molecules' descriptors (what the difference should be, without the
+noise of two whole predictions).
 
     python benchmarks/interval_cost.py --runs runs/report9_a/bace1/random10/setattn \\
         runs/report9_a/freesolv/random10/setattn
@@ -27,6 +29,7 @@ from recalibrate import open_run
 from util import print_table
 
 from setattn.molprop.conformal import ENSEMBLE, KERNEL
+from setattn.molprop.featurize import featurize
 from setattn.molprop.predict import _predict_chunk
 
 
@@ -47,14 +50,19 @@ def measure(folder: Path, molecules: int, rounds: int) -> list[object]:
     start = time.perf_counter()
     kernel._spread_factor()
     factor = time.perf_counter() - start
-    times: dict[str, list[float]] = {ENSEMBLE: [], KERNEL: []}
+    times: dict[str, list[float]] = {ENSEMBLE: [], KERNEL: [], "alone": []}
+    descriptors = torch.cat([featurize(s, run.models[0].config.descriptor_dim).descriptors
+                             for s in smiles])  # (M, F)
     for r in range(rounds):
         for kind in ((ENSEMBLE, KERNEL) if r % 2 == 0 else (KERNEL, ENSEMBLE)):
             times[kind].append(_seconds(run.models, smiles, kind))
-    plain, scaled = (statistics.median(times[k]) for k in (ENSEMBLE, KERNEL))
+        start = time.perf_counter()
+        kernel.posterior_std(descriptors)
+        times["alone"].append(time.perf_counter() - start)
+    plain, scaled, alone = (statistics.median(times[k]) for k in (ENSEMBLE, KERNEL, "alone"))
     return [f"{folder.parent.parent.name}/{folder.parent.name}", len(kernel.centres),
             len(smiles), f"{factor:.2f}", f"{plain:.2f}", f"{scaled:.2f}",
-            f"{scaled / plain:.3f}x"]
+            f"{scaled / plain:.3f}x", f"{alone:.3f}"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     rows = [measure(folder, args.molecules, args.rounds) for folder in args.runs]
     print_table(["run", "kernel centres", "molecules", "factor s (once)", "spread only s",
-                 "with posterior std s", "ratio"], rows)
+                 "with posterior std s", "ratio", "posterior std alone s"], rows)
 
 
 if __name__ == "__main__":

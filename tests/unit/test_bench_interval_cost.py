@@ -25,6 +25,6 @@ def test_the_row_names_the_run_its_centres_and_molecules(cost, tmp_path):
     row = cost.measure(run, molecules=25, rounds=2)
     # 60 rows in the saved run, every fifth of them val or test: 36 training centres
     assert row[:3] == ["freesolv/random20_val", 36, 25]
-    assert float(row[3]) >= 0 and row[-1].endswith("x")
+    assert float(row[3]) >= 0 and row[6].endswith("x") and float(row[7]) >= 0
     with pytest.raises(SystemExit, match="no kernel ridge"):
         cost.measure(saved_bench_run(tmp_path / "off", "random21", kernel="off"), 5, 1)
