@@ -3,12 +3,13 @@
 A regression run that blends a kernel ridge scales its prediction intervals by the
 kernel ridge's posterior std (``KernelRidge.posterior_std``): per chunk of molecules, a
 kernel against at most 2,000 training centres and one triangular solve, after one
-Cholesky factor per model that is computed once and kept. This script loads saved runs,
-takes ``--molecules`` SMILES from each run's data file and predicts them in one chunk as
+Cholesky factor per run (of the first member's kernel ridge, which all members share),
+computed once per process and kept. This script loads saved runs, takes
+``--molecules`` SMILES from each run's data file and predicts them in one chunk as
 ``setattn predict`` does (featurisation, the ensemble's forward passes), once with the
 ensemble's spread only and once with the posterior std too, alternating over
 ``--rounds`` rounds (the factor is computed before the first round, as a ``predict``
-command computes it on its first chunk, and timed on its own). It prints per run the
+command computes it before its first chunk, and timed on its own). It prints per run the
 median seconds of each and their ratio, and the median seconds of the posterior std
 alone on the same molecules' descriptors (what the difference should be, without the
 noise of two whole predictions).
@@ -48,7 +49,7 @@ def measure(folder: Path, molecules: int, rounds: int) -> list[object]:
     smiles = [run.smiles[i] for i in range(min(molecules, len(run.smiles)))]
     kernel = run.models[0].kernel
     start = time.perf_counter()
-    kernel._spread_factor()
+    kernel.posterior_factor()
     factor = time.perf_counter() - start
     times: dict[str, list[float]] = {ENSEMBLE: [], KERNEL: [], "alone": []}
     descriptors = torch.cat([featurize(s, run.models[0].config.descriptor_dim).descriptors

@@ -6,10 +6,11 @@ the run today's code would make by scoring it again. For every setattn regressio
 folder under ``--runs`` this script reloads the ensemble as saved (networks and kernel
 ridge), scores its validation and test parts with the function ``setattn train`` calls,
 checks that the test and validation metrics equal the run's records (so the models and
-parts are the run's), and writes under ``--out`` the run folder with the new
-``metrics.json`` (its ``uncertainty`` replaced; everything else as saved) and the record
-in ``results.json`` with the new coverage, Spearman correlation and mean width. Nothing
-is trained or fitted, and no time is measured again: costs are the saved run's.
+parts are the run's), and writes under ``--out`` the run folder (its files copied as
+they are, with the new ``metrics.json``: its ``uncertainty`` replaced, everything else
+as saved) and the record in ``results.json`` with the new coverage, Spearman
+correlation and mean width. Nothing is trained or fitted, and no time is measured
+again: costs are the saved run's.
 
     python benchmarks/interval_rescore.py --runs runs/report9_a runs/report9_b --out runs/report10
 """
@@ -17,9 +18,10 @@ is trained or fitted, and no time is measured again: costs are the saved run's.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
-from kernel_rescore import part_data, rescore_args, saved_record, write_run
+from kernel_rescore import part_data, rescore_args, saved_record
 from molecule_jobs import load_results, record_key, save_result, setattn_result
 from molecule_sets import SETS
 from recalibrate import open_run, run_folders
@@ -50,13 +52,27 @@ def rescored_metrics(folder: Path) -> tuple[dict, object]:
     return {**old, "uncertainty": scores["uncertainty"]}, run
 
 
+def copy_run(folder: Path, target: Path, data: Path, metrics: dict) -> None:
+    """The run folder at ``target``: the saved one's files as they are (configuration,
+    split, each member's ``best.pt``), its data file beside it, the new ``metrics.json``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "split.json"):
+        shutil.copyfile(folder / name, target / name)
+    for member in sorted(folder.glob("model_*/best.pt")):
+        (target / member.parent.name).mkdir(exist_ok=True)
+        shutil.copyfile(member, target / member.parent.name / "best.pt")
+    if not (target.parent.parent / data.name).exists():
+        shutil.copyfile(data, target.parent.parent / data.name)
+    (target / "metrics.json").write_text(json.dumps(metrics, indent=1))
+
+
 def rescore(folder: Path, out: Path) -> dict:
     """Score one saved run's intervals again, write its folder under ``out`` and return its
     record (the saved record with the new coverage, Spearman correlation and width)."""
     metrics, run = rescored_metrics(folder)
     dataset, column = folder.parent.parent.name, folder.parent.name
     target = out / dataset / column / "setattn"
-    write_run(run, folder, target, metrics)
+    copy_run(folder, target, run.data, metrics)
     record = saved_record(folder, run)
     again = setattn_result(metrics, target, SETS[dataset].metric)
     result = {**record["result"], **{k: again[k] for k in ("coverage", "spearman",

@@ -38,14 +38,16 @@ from util import print_table
 from setattn.molprop import conformal, splits
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.metrics import regression_metrics
-from setattn.molprop.predict import predict_smiles
+from setattn.molprop.predict import _predict_chunk
 
 RULES = {"guarantee": True, "interpolated": False}  # name -> conformal's guarantee flag
 
 
 @dataclass
 class Part:
-    """One part of a run's split: SMILES, (M, T) targets, and the ensemble's mean and std."""
+    """One part of a run's split: SMILES, (M, T) targets, the ensemble's mean, and in
+    ``std`` the scale ``u`` the run's intervals use (the members' spread, or the kernel
+    ridge's posterior std: its calibration's ``spread``)."""
 
     smiles: list[str]
     y: torch.Tensor
@@ -89,10 +91,17 @@ def read_table(path: Path, digest: str, smiles_column: str, targets: list[str]
     return [r[smiles_column] for r in rows], np.asarray(values, dtype=np.float64)
 
 
-def _part(models: list, smiles: list[str], y: np.ndarray, rows: list[int], folder: Path
-          ) -> Part:
+def spread_of(metrics: dict) -> str:
+    """What a run's intervals are scaled by, from its ``metrics.json`` (the ensemble's
+    spread for runs saved before there was a choice)."""
+    saved = metrics.get("uncertainty", {}).get("calibration")
+    return conformal.Calibration.from_dict(saved).spread if saved else conformal.ENSEMBLE
+
+
+def _part(models: list, smiles: list[str], y: np.ndarray, rows: list[int], folder: Path,
+          kind: str) -> Part:
     chosen = [smiles[i] for i in rows]
-    mean, std, errors = predict_smiles(models, chosen)  # (M, T) each
+    mean, _, std, errors = _predict_chunk(models, chosen, 0, "smiles", kind=kind)  # (M, T)
     if any(errors):
         raise SystemExit(f"{folder}: its split holds SMILES that no longer parse: "
                          f"{[e for e in errors if e]}")
@@ -132,9 +141,10 @@ def open_run(folder: Path) -> RunFiles:
 def load_saved(folder: Path) -> SavedRun:
     """Reload a run folder's ensemble and predict its validation and test parts."""
     run = open_run(folder)
+    kind = spread_of(run.metrics)
     return SavedRun(folder, folder.parent.parent.name, run.kind, run.seed, run.metrics,
-                    _part(run.models, run.smiles, run.y, run.split["val"], folder),
-                    _part(run.models, run.smiles, run.y, run.split["test"], folder))
+                    _part(run.models, run.smiles, run.y, run.split["val"], folder, kind),
+                    _part(run.models, run.smiles, run.y, run.split["test"], folder, kind))
 
 
 def check_record(run: SavedRun) -> dict:

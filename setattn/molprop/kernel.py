@@ -30,6 +30,7 @@ molecule section).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 
@@ -51,6 +52,7 @@ SEARCH_SEED = 0  # of the generator that draws the molecules a capped search see
 SEARCH_SIZE = 2000  # the most labelled molecules per task the leave-one-out search sees
 SPREAD_SIZE = 2000  # the most centres the posterior std is computed from
 SPREAD_SEED = 0  # of the generator that draws them when there are more
+SPREAD_BLOCK = 4096  # molecules per block of the posterior std (about 64 KB of memory each)
 
 
 def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
@@ -231,13 +233,16 @@ class KernelRidge(nn.Module):
         return {"kernel": KERNEL_NAMES[norm], "gamma": gamma, "ridge": ridge,
                 "loo_rmse": math.sqrt(mse)}
 
-    def _spread_factor(self) -> tuple[Tensor, Tensor]:
+    def posterior_factor(self) -> tuple[Tensor, Tensor]:
         """The posterior std's centres (S, F) and the lower Cholesky factor (S, S) of their
-        kernel plus the ridge, float64; computed once per fitted state (a fingerprint of
-        the buffers tells a refit or a new ``state_dict`` apart)."""
+        kernel plus the ridge, float64. Computed once per fitted state and kept (a
+        ``predict`` command computes it before its worker processes fork); a digest of
+        the centres' bytes, the kernel and the ridge tell a refit or a new
+        ``state_dict`` apart."""
+        digest = hashlib.blake2b(self.centres.detach().cpu().numpy().tobytes(),
+                                 digest_size=16).hexdigest()
         key = (str(self.centres.device), tuple(self.centres.shape), float(self.gamma),
-               float(self.ridge), int(self.norm), float(self.centres.double().sum()),
-               float(self.mean.double().sum()), float(self.std.double().sum()))
+               float(self.ridge), int(self.norm), digest)
         if self._spread is None or self._spread[0] != key:
             centres = self.centres.double()  # (M, F)
             if len(centres) > SPREAD_SIZE:
@@ -256,7 +261,9 @@ class KernelRidge(nn.Module):
     @torch.no_grad()
     def posterior_std(self, descriptors: Tensor) -> Tensor:
         """The kernel ridge's Gaussian-process posterior standard deviation, in units of
-        the prior's (between 0 and 1; the same for every task).
+        the prior's (between 0 and 1). It is one value per molecule for every task,
+        computed from all centres, also where a task's weights were solved on its
+        labelled molecules only.
 
         Args:
             descriptors: (G, F) raw descriptors.
@@ -264,14 +271,18 @@ class KernelRidge(nn.Module):
         Returns:
             (G,) ``sqrt(1 - k^T (K + lam I)^-1 k)``, float32, with ``k`` (S,) the kernel
             between a molecule and S = min(M, ``SPREAD_SIZE``) centres (drawn at random
-            with seed ``SPREAD_SEED`` when M is larger) and ``K`` (S, S) theirs.
+            with seed ``SPREAD_SEED`` when M is larger) and ``K`` (S, S) theirs; in
+            blocks of ``SPREAD_BLOCK`` molecules, so memory stays bounded.
         """
-        centres, factor = self._spread_factor()  # (S, F), (S, S)
-        z = self._standardise(descriptors.to(self.mean.device)).double()  # (G, F)
-        cross = torch.exp(-float(self.gamma) / centres.shape[1]
-                          * _distances(z, centres, int(self.norm)))  # (G, S)
-        v = torch.linalg.solve_triangular(factor, cross.T, upper=False)  # (S, G)
-        return (1 - v.square().sum(0)).clamp_min(0).sqrt().float()  # (G,)
+        centres, factor = self.posterior_factor()  # (S, F), (S, S)
+        out = []
+        for block in descriptors.split(SPREAD_BLOCK):
+            z = self._standardise(block.to(self.mean.device)).double()  # (B, F)
+            cross = torch.exp(-float(self.gamma) / centres.shape[1]
+                              * _distances(z, centres, int(self.norm)))  # (B, S)
+            v = torch.linalg.solve_triangular(factor, cross.T, upper=False)  # (S, B)
+            out.append((1 - v.square().sum(0)).clamp_min(0).sqrt().float())  # (B,)
+        return torch.cat(out) if out else torch.zeros(0, device=self.mean.device)  # (G,)
 
     def forward(self, descriptors: Tensor) -> Tensor:
         """Args:

@@ -244,6 +244,8 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
             yield smiles, _predict_chunk(models, smiles, first_row, source, max_heavy_atoms,
                                          kind)
         return
+    if kind == KERNEL:  # the posterior std's factor, once, before the workers fork
+        models[0].kernel.posterior_factor()
     # Forked workers share this process's memory until they write to it; freezing the
     # objects alive now keeps the workers' garbage collector from touching (and so
     # copying) every page of them (see the docs of gc.freeze).

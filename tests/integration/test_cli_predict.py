@@ -84,15 +84,16 @@ def test_regression_runs_add_calibrated_intervals(ensemble, tmp_path, capsys):
     rows = read_csv(output)
     assert list(rows[0])[-3:] == ["logS_lower", "logS_upper", "error"]
     cal = uncertainty["calibration"]
+    # the run blends a kernel ridge, so its intervals follow the posterior std (their
+    # width is checked in test_intervals.py); 4 validation labels are too few for a 90 %
+    # interval: the scale is unbounded (null), and so is every interval
+    assert cal["spread"] == "kernel" and cal["scale"][0] is None
     for row in rows:
         if row["error"] and not row["error"].startswith("note: "):
             assert row["logS_lower"] == row["logS_upper"] == ""
             continue
-        # 4 validation labels are too few for a 90 % interval: it is unbounded (null)
-        scale = float("inf") if cal["scale"][0] is None else cal["scale"][0]
-        half = scale * (float(row["logS_std"]) + cal["floor"][0])
-        assert float(row["logS_lower"]) == pytest.approx(float(row["logS"]) - half, rel=1e-5)
-        assert float(row["logS_upper"]) == pytest.approx(float(row["logS"]) + half, rel=1e-5)
+        assert float(row["logS_lower"]) == float("-inf")
+        assert float(row["logS_upper"]) == float("inf")
 
 
 def test_chunks_give_the_same_file(ensemble, tmp_path):

@@ -17,7 +17,7 @@ from setattn.molprop.checkpoint import load_run
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, calibrate
 from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import CLIP, KernelRidge
-from setattn.molprop.predict import interval_spread, predict_interval, spread_kind
+from setattn.molprop.predict import interval_spread, predict_csv, predict_interval, spread_kind
 
 
 def _problem(m: int, f: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,3 +163,57 @@ def test_a_run_without_a_kernel_ridge_keeps_the_ensemble_spread(tmp_path, capsys
                         torch.zeros(1, 1), KERNEL)
 
 
+
+
+def test_blocks_and_a_shuffled_refit_give_the_unblocked_fresh_numbers(monkeypatch):
+    x, y = _problem(25, seed=4)
+    query = (x[:9] + 0.3).float()  # (9, F)
+    krr = KernelRidge(25, x.shape[1], 1)
+    krr.fit(x.float(), y.float())
+    whole = krr.posterior_std(query)  # (9,)
+    monkeypatch.setattr(kernel_module, "SPREAD_BLOCK", 4)  # blocks of 4, 4 and 1
+    torch.testing.assert_close(krr.posterior_std(query), whole)
+    # each column shuffled on its own: the same column means and stds, other molecules
+    g = torch.Generator().manual_seed(5)
+    shuffled = torch.stack([col[torch.randperm(25, generator=g)] for col in x.T], 1)
+    krr.fit(shuffled.float(), y.float())
+    fresh = KernelRidge(25, x.shape[1], 1)
+    fresh.fit(shuffled.float(), y.float())
+    torch.testing.assert_close(krr.posterior_std(query), fresh.posterior_std(query))
+
+
+def test_workers_invalid_smiles_and_an_old_calibration(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 120)
+    out = tmp_path / "run"
+    status, _, _ = train_tiny(data, out, capsys, "--ensemble-size", "2", epochs=2)
+    assert status == 0
+    rows = read_csv(data)[:12]
+    queries = tmp_path / "q.csv"
+    with queries.open("w") as handle:
+        handle.write("smiles\n" + "\n".join([r["smiles"] for r in rows[:6]] + ["C1CC"]
+                                            + [r["smiles"] for r in rows[6:]]) + "\n")
+    models, meta = load_run(out)
+    assert meta["conformal"].spread == KERNEL
+    outputs = {}
+    for workers in (1, 2):  # chunks of 4 rows, in this process or in 2 forked workers
+        target = tmp_path / f"p{workers}.csv"
+        predict_csv(models, ["expt"], queries, target, "smiles", chunk_rows=4,
+                    workers=workers, calibration=meta["conformal"])
+        outputs[workers] = read_csv(target)
+    assert outputs[1] == outputs[2]  # every column, the intervals too
+    assert all(float(r["expt_lower"]) < float(r["expt"]) for i, r in enumerate(outputs[1])
+               if i != 6)
+    bad = outputs[1][6]
+    assert bad["expt_lower"] == bad["expt_upper"] == "" and bad["error"]
+    # a run saved before the choice (no "spread"): its intervals use the ensemble's spread
+    metrics = json.loads((out / "metrics.json").read_text())
+    del metrics["uncertainty"]["calibration"]["spread"]
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    models, meta = load_run(out)
+    cal = meta["conformal"]
+    assert cal.spread == ENSEMBLE
+    smiles = [r["smiles"] for r in rows]
+    mean, lower, _, _ = predict_interval(models, smiles, cal)
+    std = torch.from_numpy(MoleculePredictor.load(out).predict_std(smiles))  # (12, 1)
+    half = cal.scale[0] * (std[:, 0] + cal.floor[0])  # (12,)
+    np.testing.assert_allclose((mean[:, 0] - lower[:, 0]).numpy(), half.numpy(), rtol=1e-4)

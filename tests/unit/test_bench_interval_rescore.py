@@ -68,3 +68,15 @@ def test_a_run_whose_metric_differs_or_a_classification_run_is_refused(rescore, 
     (run / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(SystemExit, match="classification run has no prediction intervals"):
         rescore.rescore(run, tmp_path / "again")
+
+
+def test_a_run_without_a_kernel_ridge_is_copied_as_saved(rescore, tmp_path):
+    run = saved_bench_run(tmp_path, "random20", kernel="off")
+    _with_record(run)
+    record = rescore.rescore(run, tmp_path / "again")
+    target = tmp_path / "again" / "freesolv" / "random20_val" / "setattn"
+    assert record["interval_rescore"]["spread"] == "ensemble"
+    for name in ("config.json", "split.json", "model_0/best.pt", "model_1/best.pt"):
+        assert (target / name).read_bytes() == (run / name).read_bytes()
+    assert json.loads((target / "metrics.json").read_text()) == \
+        json.loads((run / "metrics.json").read_text())  # the same step: the same numbers

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from molecule_runs import saved_bench_run
 
 from setattn.molprop import conformal, splits
+from setattn.molprop.featurize import featurize
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -94,3 +96,16 @@ def test_a_missing_or_changed_data_file_is_named(recal, tmp_path):
     smiles, y = recal.read_table(path, hashlib.sha256(path.read_bytes()).hexdigest(),
                                   "smiles", ["y"])
     assert smiles == ["CCO", "CCN"] and y[0, 0] == 1.5 and np.isnan(y[1, 0])
+
+
+def test_a_saved_kernel_run_reloads_with_the_scale_its_intervals_use(recal, tmp_path):
+    folder = saved_bench_run(tmp_path, "random20")
+    saved = recal.load_saved(folder)
+    assert recal.spread_of(saved.metrics) == conformal.KERNEL
+    models = recal.open_run(folder).models
+    data = [featurize(s, models[0].config.descriptor_dim) for s in saved.val.smiles]
+    u = models[0].kernel.posterior_std(torch.cat([d.descriptors for d in data]))  # (M,)
+    torch.testing.assert_close(saved.val.std[:, 0], u)
+    check = recal.check_record(saved)  # today's coverage, as the run recorded it
+    assert check["again"] == check["recorded"]
+    assert recal.spread_of({}) == conformal.ENSEMBLE  # runs saved before intervals
