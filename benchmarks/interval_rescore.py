@@ -18,10 +18,9 @@ again: costs are the saved run's.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-from kernel_rescore import part_data, rescore_args, saved_record
+from kernel_rescore import copy_run, part_data, rescore_args, saved_record
 from molecule_jobs import load_results, record_key, save_result, setattn_result
 from molecule_sets import SETS
 from recalibrate import open_run, run_folders
@@ -50,20 +49,6 @@ def rescored_metrics(folder: Path) -> tuple[dict, object]:
     for part in ("test", "val"):
         _check(old[part]["rmse"], scores[part]["rmse"], f"{part} RMSE", folder)
     return {**old, "uncertainty": scores["uncertainty"]}, run
-
-
-def copy_run(folder: Path, target: Path, data: Path, metrics: dict) -> None:
-    """The run folder at ``target``: the saved one's files as they are (configuration,
-    split, each member's ``best.pt``), its data file beside it, the new ``metrics.json``."""
-    target.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "split.json"):
-        shutil.copyfile(folder / name, target / name)
-    for member in sorted(folder.glob("model_*/best.pt")):
-        (target / member.parent.name).mkdir(exist_ok=True)
-        shutil.copyfile(member, target / member.parent.name / "best.pt")
-    if not (target.parent.parent / data.name).exists():
-        shutil.copyfile(data, target.parent.parent / data.name)
-    (target / "metrics.json").write_text(json.dumps(metrics, indent=1))
 
 
 def rescore(folder: Path, out: Path) -> dict:

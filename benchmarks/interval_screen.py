@@ -152,14 +152,16 @@ def verdict(rows: dict[tuple[str, str], dict]) -> tuple[bool, list[str]]:
     def mean_of(what: str, name: str) -> float:
         return statistics.fmean(row[what][name] for row in rows.values())
 
-    gain = mean_of("spearman", CANDIDATE) - mean_of("spearman", BASELINE)
+    before, after = mean_of("spearman", BASELINE), mean_of("spearman", CANDIDATE)
+    gain = after - before
     widths = [row["width"][CANDIDATE] for row in rows.values()]
     geomean = math.exp(statistics.fmean(math.log(w) for w in widths))
     covers = [row["coverage"][CANDIDATE] for row in rows.values()]
     miss = {n: statistics.fmean(abs(row["coverage"][n] - 0.9) for row in rows.values())
             for n in (BASELINE, CANDIDATE)}
     checks = [
-        (gain >= MIN_GAIN, f"mean Spearman gain {gain:+.3f} (at least {MIN_GAIN})"),
+        (gain >= MIN_GAIN, f"mean Spearman {before:.3f} -> {after:.3f}, gain {gain:+.3f} "
+                           f"(at least {MIN_GAIN})"),
         (geomean <= MAX_WIDTH and max(widths) <= MAX_ROW_WIDTH,
          f"width ratio geometric mean {geomean:.3f} (at most {MAX_WIDTH}), worst row "
          f"{max(widths):.3f} (at most {MAX_ROW_WIDTH})"),

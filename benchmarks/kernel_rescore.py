@@ -72,24 +72,30 @@ def rescored_metrics(run: RunFiles, folder: Path) -> dict:
     return metrics
 
 
-def write_run(run: RunFiles, folder: Path, target: Path, metrics: dict) -> None:
-    """The rescored run folder at ``target``: the saved one's files, each member's
-    ``best.pt`` with the run's new kernel ridge, the new ``metrics.json``."""
+def copy_run(folder: Path, target: Path, data: Path, metrics: dict) -> None:
+    """The run folder at ``target``: the saved one's files as they are (configuration,
+    split, each member's ``best.pt``), its data file beside it, the new ``metrics.json``."""
     target.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "split.json"):
         shutil.copyfile(folder / name, target / name)
-    data = target.parent.parent / run.data.name
-    if not data.exists():
-        shutil.copyfile(run.data, data)
+    for member in sorted(folder.glob("model_*/best.pt")):
+        (target / member.parent.name).mkdir(exist_ok=True)
+        shutil.copyfile(member, target / member.parent.name / "best.pt")
+    if not (target.parent.parent / data.name).exists():
+        shutil.copyfile(data, target.parent.parent / data.name)
+    (target / "metrics.json").write_text(json.dumps(metrics, indent=1))
+
+
+def write_run(run: RunFiles, folder: Path, target: Path, metrics: dict) -> None:
+    """The rescored run folder at ``target``: the saved one (``copy_run``) with each
+    member's ``best.pt`` holding the run's new kernel ridge."""
+    copy_run(folder, target, run.data, metrics)
     for k, model in enumerate(run.models):
-        source = folder / f"model_{k}" / "best.pt"
-        ckpt = load_checkpoint(source, "model")
+        ckpt = load_checkpoint(folder / f"model_{k}" / "best.pt", "model")
         ckpt["state_dict"].update({f"kernel.{key}": value
                                    for key, value in model.kernel.state_dict().items()})
         ckpt.pop("setattn_format", None)
-        (target / f"model_{k}").mkdir(exist_ok=True)
         save_checkpoint(ckpt, target / f"model_{k}" / "best.pt")
-    (target / "metrics.json").write_text(json.dumps(metrics, indent=1))
 
 
 def saved_record(folder: Path, run: RunFiles) -> dict:
