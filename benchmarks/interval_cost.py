@@ -31,12 +31,12 @@ from util import print_table
 
 from setattn.molprop.conformal import ENSEMBLE, KERNEL
 from setattn.molprop.featurize import featurize
-from setattn.molprop.predict import _predict_chunk
+from setattn.molprop.predict import predict_spread
 
 
 def _seconds(models: list, smiles: list[str], kind: str) -> float:
     start = time.perf_counter()
-    _predict_chunk(models, smiles, 0, "smiles", kind=kind)
+    predict_spread(models, smiles, kind)
     return time.perf_counter() - start
 
 

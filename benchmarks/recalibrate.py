@@ -38,7 +38,7 @@ from util import print_table
 from setattn.molprop import conformal, splits
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.metrics import regression_metrics
-from setattn.molprop.predict import _predict_chunk
+from setattn.molprop.predict import predict_spread
 
 RULES = {"guarantee": True, "interpolated": False}  # name -> conformal's guarantee flag
 
@@ -101,7 +101,7 @@ def spread_of(metrics: dict) -> str:
 def _part(models: list, smiles: list[str], y: np.ndarray, rows: list[int], folder: Path,
           kind: str) -> Part:
     chosen = [smiles[i] for i in rows]
-    mean, _, std, errors = _predict_chunk(models, chosen, 0, "smiles", kind=kind)  # (M, T)
+    mean, _, std, errors = predict_spread(models, chosen, kind)  # (M, T) each
     if any(errors):
         raise SystemExit(f"{folder}: its split holds SMILES that no longer parse: "
                          f"{[e for e in errors if e]}")

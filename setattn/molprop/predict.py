@@ -34,7 +34,8 @@ from setattn.molprop.outputs import check_output_file
 
 __all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "interval_spread",
            "kernel_outputs", "member_predictions", "outputs", "predict", "predict_all",
-           "predict_csv", "predict_interval", "predict_smiles", "spread", "spread_kind"]
+           "predict_csv", "predict_interval", "predict_smiles", "predict_spread", "spread",
+           "spread_kind"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
@@ -182,6 +183,26 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
     return mean, std, u, errors
 
 
+def predict_spread(models: Sequence[MoleculeModel], smiles: Sequence[str],
+                   kind: str = ENSEMBLE) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+    """An ensemble's predictions for a list of SMILES with the scale ``u`` of their
+    intervals, before any calibration (to calibrate or score intervals of one's own).
+
+    Args:
+        models: the ensemble's members.
+        smiles: M SMILES.
+        kind: what ``u`` is: ``conformal.ENSEMBLE`` (the members' std) or
+            ``conformal.KERNEL`` (the kernel ridge's posterior std, ``interval_spread``);
+            ``spread_kind(models)`` gives the one ``setattn train`` calibrated.
+
+    Returns:
+        mean (M, T), std (M, T) over the models (zeros for one model) and ``u`` (M, T),
+        NaN rows where a SMILES does not parse; one error message per SMILES ("" when it
+        parsed, "note: ..." when predicted with a remark).
+    """
+    return _predict_chunk(models, list(smiles), 0, "smiles", kind=kind)
+
+
 def predict_smiles(models: Sequence[MoleculeModel], smiles: Sequence[str]
                    ) -> tuple[Tensor, Tensor, list[str]]:
     """An ensemble's predictions for a list of SMILES, as ``predict_csv`` makes them.
@@ -190,7 +211,7 @@ def predict_smiles(models: Sequence[MoleculeModel], smiles: Sequence[str]
         mean (M, T) and std (M, T) over the models (zeros for one model; NaN rows where
         a SMILES does not parse), and one error message per SMILES ("" when it parsed).
     """
-    mean, std, _, errors = _predict_chunk(models, list(smiles), 0, "smiles")
+    mean, std, _, errors = predict_spread(models, smiles)
     return mean, std, errors
 
 
@@ -202,8 +223,7 @@ def predict_interval(models: Sequence[MoleculeModel], smiles: Sequence[str],
         mean (M, T), the intervals' lower and upper ends (M, T) each (NaN rows where a
         SMILES does not parse), and one error message per SMILES as ``predict_smiles``.
     """
-    mean, _, u, errors = _predict_chunk(models, list(smiles), 0, "smiles",
-                                        kind=calibration.spread)
+    mean, _, u, errors = predict_spread(models, smiles, calibration.spread)
     lower, upper = bounds(mean, u, calibration)  # (M, T) each
     return mean, lower, upper, errors
 

@@ -17,7 +17,13 @@ from setattn.molprop.checkpoint import load_run
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, calibrate
 from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import CLIP, KernelRidge
-from setattn.molprop.predict import interval_spread, predict_csv, predict_interval, spread_kind
+from setattn.molprop.predict import (
+    interval_spread,
+    predict_csv,
+    predict_interval,
+    predict_spread,
+    spread_kind,
+)
 
 
 def _problem(m: int, f: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,6 +135,12 @@ def test_a_kernel_run_scales_its_intervals_by_the_posterior_std(tmp_path, capsys
     np.testing.assert_allclose((mean[:, 0] - lower[:, 0]).numpy(), half.numpy(), rtol=1e-4)
     np.testing.assert_allclose((upper[:, 0] - mean[:, 0]).numpy(), half.numpy(), rtol=1e-4)
     assert float(half.std()) > 0  # the widths differ from molecule to molecule
+    # the scale before calibration, public: the posterior std, or the members' spread
+    _, std, scale, errors = predict_spread(models, [*smiles, "C1CC"], KERNEL)
+    np.testing.assert_allclose(scale[:8, 0].numpy(), u.numpy(), rtol=1e-5)
+    assert torch.isnan(scale[8]).all() and errors[8].startswith("invalid SMILES")
+    _, std, scale, _ = predict_spread(models, smiles)
+    assert torch.equal(scale, std) and float(std.abs().sum()) > 0
     # the floor is the posterior std's mean over the validation molecules
     split = json.loads((out / "split.json").read_text())
     all_rows = read_csv(data)
