@@ -25,7 +25,7 @@ from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, 
 from setattn.files import atomic_open
 from setattn.molprop import distributed
 from setattn.molprop.batching import batches
-from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
+from setattn.molprop.conformal import ENSEMBLE, KERNEL, SPREADS, Calibration, bounds
 from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
@@ -93,7 +93,14 @@ def interval_spread(models: Sequence[MoleculeModel], data: Sequence[Data], std: 
                     kind: str) -> Tensor:
     """(M, T) the ``u`` of a calibration of ``kind`` (``setattn.molprop.conformal``): the
     ensemble's ``std`` (M, T) itself, or the first model's kernel ridge's posterior std
-    at the descriptors of ``data`` (the members share one kernel ridge), on the CPU."""
+    at the descriptors of ``data`` (the members share one kernel ridge), on the CPU.
+
+    Raises:
+        ValueError: if ``kind`` is not ``ENSEMBLE`` or ``KERNEL``, or is ``KERNEL`` for
+            models without a kernel ridge.
+    """
+    if kind not in SPREADS:
+        raise ValueError(f"interval spread must be one of {SPREADS}, got {kind!r}")
     if kind == ENSEMBLE:
         return std
     if models[0].kernel is None:
@@ -191,14 +198,21 @@ def predict_spread(models: Sequence[MoleculeModel], smiles: Sequence[str],
     Args:
         models: the ensemble's members.
         smiles: M SMILES.
-        kind: what ``u`` is: ``conformal.ENSEMBLE`` (the members' std) or
-            ``conformal.KERNEL`` (the kernel ridge's posterior std, ``interval_spread``);
-            ``spread_kind(models)`` gives the one ``setattn train`` calibrated.
+        kind: what ``u`` is: ``conformal.ENSEMBLE``, the members' std (in the targets'
+            units, per task), or ``conformal.KERNEL``, the kernel ridge's posterior std
+            (``interval_spread``: unitless, in [0, 1], one value per molecule repeated
+            for every task); ``spread_kind(models)`` gives the one ``setattn train``
+            calibrated.
 
     Returns:
         mean (M, T), std (M, T) over the models (zeros for one model) and ``u`` (M, T),
-        NaN rows where a SMILES does not parse; one error message per SMILES ("" when it
-        parsed, "note: ..." when predicted with a remark).
+        NaN rows where a molecule was not predicted; one message per SMILES: "" when it
+        was predicted as written, "note: ..." when predicted with a remark, else
+        "invalid SMILES: ..." or "skipped: ..." (e.g. too many heavy atoms).
+
+    Raises:
+        ValueError: if ``kind`` is unknown, or is ``KERNEL`` for models without a
+            kernel ridge.
     """
     return _predict_chunk(models, list(smiles), 0, "smiles", kind=kind)
 

@@ -19,6 +19,7 @@ from setattn.molprop.featurize import featurize
 from setattn.molprop.kernel import CLIP, KernelRidge
 from setattn.molprop.predict import (
     interval_spread,
+    predict,
     predict_csv,
     predict_interval,
     predict_spread,
@@ -136,11 +137,18 @@ def test_a_kernel_run_scales_its_intervals_by_the_posterior_std(tmp_path, capsys
     np.testing.assert_allclose((upper[:, 0] - mean[:, 0]).numpy(), half.numpy(), rtol=1e-4)
     assert float(half.std()) > 0  # the widths differ from molecule to molecule
     # the scale before calibration, public: the posterior std, or the members' spread
-    _, std, scale, errors = predict_spread(models, [*smiles, "C1CC"], KERNEL)
+    means, _, scale, errors = predict_spread(models, [*smiles, "C1CC"], KERNEL)
     np.testing.assert_allclose(scale[:8, 0].numpy(), u.numpy(), rtol=1e-5)
-    assert torch.isnan(scale[8]).all() and errors[8].startswith("invalid SMILES")
-    _, std, scale, _ = predict_spread(models, smiles)
-    assert torch.equal(scale, std) and float(std.abs().sum()) > 0
+    np.testing.assert_allclose(means[:8].numpy(), mean.numpy(), rtol=1e-6)
+    assert not any(errors[:8]) and errors[8].startswith("invalid SMILES")
+    assert torch.isnan(scale[8]).all() and torch.isnan(means[8]).all()
+    each = torch.stack([predict(m, molecules) for m in models])  # (2, 8, 1)
+    _, _, scale, _ = predict_spread(models, smiles)  # ENSEMBLE: the members' spread
+    np.testing.assert_allclose(scale.numpy(), each.std(0, correction=0).numpy(), rtol=1e-5,
+                               atol=1e-7)
+    assert float(scale.abs().sum()) > 0
+    with pytest.raises(ValueError, match="interval spread must be one of"):
+        predict_spread(models, smiles, "gp")
     # the floor is the posterior std's mean over the validation molecules
     split = json.loads((out / "split.json").read_text())
     all_rows = read_csv(data)
