@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernel_rescore import copy_run, part_data, rescore_args, saved_record
-from molecule_jobs import load_results, record_key, save_result, setattn_result
+from kernel_rescore import copy_run, keep, part_data, rescore_args, saved_record
+from molecule_jobs import load_results, record_key, setattn_result
 from molecule_sets import SETS
 from recalibrate import open_run, run_folders
 
@@ -75,9 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{folder}: classification, no intervals: skipped", flush=True)
             continue
         record = rescore(folder, args.out)
-        if record_key(record) in done:
-            print(f"{folder}: already in {args.out / 'results.json'}, replaced")
-        save_result(args.out, record)  # after every run: nothing computed is lost
+        keep(args.out, done, folder, record)
         r, before = record["result"], record["interval_rescore"]["before"]
         print(f"{folder}: coverage {r['coverage']:.3f} (was {before['coverage']:.3f}), "
               f"Spearman {r['spearman']:.3f} (was {before['spearman']:.3f}), width "

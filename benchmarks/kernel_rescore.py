@@ -144,15 +144,21 @@ def rescore_args(argv: list[str] | None, doc: str, runs: str) -> argparse.Namesp
     return args
 
 
+def keep(out: Path, done: set, folder: Path, record: dict) -> None:
+    """Save a rescored run's record in ``out``'s results.json at once (nothing computed is
+    lost), saying so where it replaces one of the keys in ``done``."""
+    if record_key(record) in done:
+        print(f"{folder}: already in {out / 'results.json'}, replaced")
+    save_result(out, record)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = rescore_args(argv, __doc__,
                         "molecules.py --out folders holding saved runs with a kernel ridge")
     done = {record_key(r) for r in load_results(args.out)}
     for folder in run_folders(args.runs):
         record = rescore(folder, args.out)
-        if record_key(record) in done:
-            print(f"{folder}: already in {args.out / 'results.json'}, replaced")
-        save_result(args.out, record)  # after every run: nothing computed is lost
+        keep(args.out, done, folder, record)
         r = record["result"]
         print(f"{folder}: {SETS[record['dataset']].metric} {r['metric']:.4f} (network "
               f"{r['network']:.4f}, kernel ridge {r['kernel']:.4f}; "

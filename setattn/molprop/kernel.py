@@ -233,6 +233,10 @@ class KernelRidge(nn.Module):
         return {"kernel": KERNEL_NAMES[norm], "gamma": gamma, "ridge": ridge,
                 "loo_rmse": math.sqrt(mse)}
 
+    def _between(self, a: Tensor, b: Tensor) -> Tensor:
+        """(A, B) the fitted kernel between standardised descriptors a (A, F) and b (B, F)."""
+        return torch.exp(-float(self.gamma) / a.shape[1] * _distances(a, b, int(self.norm)))
+
     def posterior_factor(self) -> tuple[Tensor, Tensor]:
         """The posterior std's centres (S, F) and the lower Cholesky factor (S, S) of their
         kernel plus the ridge, float64. Computed once per fitted state and kept (a
@@ -250,9 +254,7 @@ class KernelRidge(nn.Module):
                 pick = torch.randperm(len(centres), generator=generator,
                                       device="cpu")[:SPREAD_SIZE]  # (S,)
                 centres = centres[pick.sort().values.to(centres.device)]  # (S, F)
-            f = centres.shape[1]
-            kernel = torch.exp(-float(self.gamma) / f * _distances(centres, centres,
-                                                                   int(self.norm)))  # (S, S)
+            kernel = self._between(centres, centres)  # (S, S)
             kernel += float(self.ridge) * torch.eye(len(centres), dtype=kernel.dtype,
                                                     device=kernel.device)
             self._spread = (key, centres, torch.linalg.cholesky(kernel))
@@ -278,8 +280,7 @@ class KernelRidge(nn.Module):
         out = []
         for block in descriptors.split(SPREAD_BLOCK):
             z = self._standardise(block.to(self.mean.device)).double()  # (B, F)
-            cross = torch.exp(-float(self.gamma) / centres.shape[1]
-                              * _distances(z, centres, int(self.norm)))  # (B, S)
+            cross = self._between(z, centres)  # (B, S)
             v = torch.linalg.solve_triangular(factor, cross.T, upper=False)  # (S, B)
             out.append((1 - v.square().sum(0)).clamp_min(0).sqrt().float())  # (B,)
         return torch.cat(out) if out else torch.zeros(0, device=self.mean.device)  # (G,)
