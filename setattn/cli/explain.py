@@ -66,9 +66,9 @@ def _explain_one(args: argparse.Namespace, models: list, target: str, t: int) ->
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"argument --output: {output} must end in .png or .svg")
-    e = explain_smiles(models[0], args.smiles, args.method, t, args.max_heavy_atoms)
+    e = explain_smiles(models, args.smiles, args.method, t, args.max_heavy_atoms)
     _draw(e, target, args.method, output)
-    which = f" (model_0 of an ensemble of {len(models)})" if len(models) > 1 else ""
+    which = f" (the mean of an ensemble of {len(models)})" if len(models) > 1 else ""
     note = fragment_note(args.smiles)
     which += f" (note: {note})" if note else ""
     print(f"{args.smiles}: predicted {_prediction_text(e, target)}{which}; {args.method}: "
@@ -101,7 +101,7 @@ def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) 
                                 "unit", "method", "note"])
         for row, smiles in tqdm(rows, desc="explain", unit="mol"):
             try:
-                e = explain_molecule(models[0], smiles, args.method, t, args.max_heavy_atoms)
+                e = explain_molecule(models, smiles, args.method, t, args.max_heavy_atoms)
             except InvalidSmilesError as err:
                 errors.append((row, smiles, err.reason))
                 continue
@@ -125,7 +125,7 @@ def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Explain one SMILES (a picture) or a CSV (a folder). Returns the exit status."""
-    if resolve_device(args.device).type != "cpu":
+    if args.device != "auto" and resolve_device(args.device).type != "cpu":
         raise ValueError(f"argument --device: explanations run on the CPU (got {args.device})")
     model = Path(args.model)
     inputs = {"--model": model if model.is_file() else model / "config.json"}

@@ -60,12 +60,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     _add_threads(train)
 
 
-def _add_device(parser: argparse.ArgumentParser) -> None:
+def _add_device(parser: argparse.ArgumentParser, note: str = "") -> None:
     """``--device`` of ``predict`` and ``explain``: ``train``'s flag (the field
-    ``TrainConfig.device``), with its default."""
+    ``TrainConfig.device``), with its default and the command's own ``note``."""
     parser.add_argument(flag_name(DEVICE.name), default=DEVICE.default,
                         metavar=DEVICE.metadata["metavar"],
-                        help=DEVICE.metadata["help"] + _default_text(DEVICE))
+                        help=DEVICE.metadata["help"] + _default_text(DEVICE) + note)
 
 
 def _add_threads(parser: argparse.ArgumentParser) -> None:
@@ -102,9 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser(
         "explain", help="each atom's contribution to the model's prediction",
-        description="One contribution per atom to the prediction, in the target's units "
-        "(logits for classification). --smiles draws one molecule; --data explains every "
-        "row of a CSV into a folder (atoms.csv, molecules.csv, pictures, errors.csv).")
+        description="One contribution per atom to the prediction predict makes (an "
+        "ensemble's mean), in the target's units (logits for classification). --smiles "
+        "draws one molecule; --data explains every row of a CSV into a folder (atoms.csv, "
+        "molecules.csv, pictures, errors.csv).")
     explain.add_argument("--model", required=True, help="run directory (or one best.pt)")
     given = explain.add_mutually_exclusive_group(required=True)
     given.add_argument("--smiles", help="one molecule: --output is its picture")
@@ -119,6 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--target", help="the target explained (default: the first)")
     explain.add_argument("--max-pictures", type=int, default=50,
                          help="with --data: pictures of the first N molecules (default: 50)")
-    _add_device(explain)
+    _add_device(explain, "; explanations run on the CPU, so auto means cpu here")
     _add_threads(explain)
     return parser

@@ -289,9 +289,9 @@ class MoleculePredictor:
         return lower.numpy(), upper.numpy()
 
     def explain(self, smiles: str, method: str = DEFAULT_METHOD) -> np.ndarray:
-        """(N,) each heavy atom's contribution to the first ensemble member's prediction
-        (of the first target), by ``method`` (``setattn.molprop.explain``): what
-        ``setattn explain`` draws.
+        """(N,) each heavy atom's contribution to the prediction ``predict`` makes (the
+        ensemble's, of the first target), by ``method`` (``setattn.molprop.explain``):
+        what ``setattn explain`` draws.
 
         Raises:
             ValueError: if ``smiles`` does not parse.
@@ -300,7 +300,7 @@ class MoleculePredictor:
         if not isinstance(smiles, str):
             raise TypeError(f"argument smiles: explain takes one SMILES string, got "
                             f"{type(smiles).__name__}")
-        e = explain_smiles(self.models[0], smiles, method)
+        e = explain_smiles(self.models, smiles, method)
         return e.attribution.values.numpy()  # (N,)
 
     def save(self, directory: str | Path) -> Path:

@@ -1,11 +1,12 @@
 """Why a molecule model predicted what it did: one contribution per atom.
 
-``explain_molecule(model, smiles, method)`` returns a ``MoleculeExplanation``: a
-contribution per heavy atom of ``Chem.MolFromSmiles(smiles)`` to the model's prediction
-as ``setattn predict`` gives it (the network blended with the kernel ridge when there
-is one), in the target's units for regression and in logits for classification. The
-methods (``setattn.explain``), measured against known per-atom truth by
-``benchmarks/attribution.py``:
+``explain_molecule(models, smiles, method)`` returns a ``MoleculeExplanation``: a
+contribution per heavy atom of ``Chem.MolFromSmiles(smiles)`` to the prediction of a
+model or an ensemble as ``setattn predict`` gives it (each network blended with its
+kernel ridge when there is one; an ensemble's members averaged: their mean in target
+units, or the logit of their mean probability), in the target's units for regression
+and in logits for classification. The methods (``setattn.explain``), measured against
+known per-atom truth by ``benchmarks/attribution.py``:
 
 - ``integrated-gradients`` (the default: the best there on the validation molecules of
   both tasks): captum's integrated gradients from all-zero atom features
@@ -20,7 +21,8 @@ methods (``setattn.explain``), measured against known per-atom truth by
 - ``readout``: exact per-atom terms where the model's readout allows it; the molecule
   model's MLP head over pooled atoms and descriptors does not (a clear error).
 - ``attention``: the readout's attention weight of each atom times the atom count
-  (1 = uniform), averaged over heads; not a contribution to the prediction.
+  (1 = uniform), averaged over heads (and over an ensemble's members); not a
+  contribution to the prediction.
 
 Atoms of fragments the model does not see (salts: only the largest fragment is kept)
 get 0.
@@ -28,7 +30,8 @@ get 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from rdkit import Chem, rdBase
@@ -49,8 +52,8 @@ from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
 
-__all__ = ["DEFAULT_METHOD", "MoleculeExplanation", "ModelOutput", "dummy_atom",
-           "explain_molecule", "explain_smiles"]
+__all__ = ["DEFAULT_METHOD", "EnsembleOutput", "MoleculeExplanation", "ModelOutput",
+           "dummy_atom", "explain_molecule", "explain_smiles"]
 
 DEFAULT_METHOD = "integrated-gradients"
 """The method ``setattn explain`` uses unless told; chosen on the validation molecules of
@@ -75,6 +78,24 @@ class ModelOutput(nn.Module):
         kernel_out = m.kernel_outputs(batch) if m.kernel is not None else None
         blended = m.combine(m(batch), kernel_out)  # (G, T) standardised, or logits
         return m.to_units(blended) if m.config.task == "regression" else blended
+
+
+class EnsembleOutput(nn.Module):
+    """The quantity explained for an ensemble: its prediction as ``predict`` gives it,
+    differentiable: the members' ``ModelOutput`` averaged in target units (regression),
+    or the logit of the members' mean probability (classification)."""
+
+    def __init__(self, models: Sequence[MoleculeModel]):
+        super().__init__()
+        self.members = nn.ModuleList([ModelOutput(m) for m in models])
+        self.regression = models[0].config.task == "regression"
+
+    def forward(self, batch: Batch) -> Tensor:
+        """(G, T) predictions in target units, or logits."""
+        outs = torch.stack([member(batch) for member in self.members])  # (K, G, T)
+        if self.regression:
+            return outs.mean(0)  # (G, T)
+        return torch.logit(torch.sigmoid(outs).mean(0))  # (G, T)
 
 
 @dataclass
@@ -132,10 +153,46 @@ def _fragment(smiles: str) -> tuple[Chem.Mol, Chem.Mol, list[int]]:
         fragments.index(tuple(atoms))], atoms
 
 
-def _attribute(model: MoleculeModel, mol: Chem.Mol, data: Data, method: str,
+def _members(model: MoleculeModel | Sequence[MoleculeModel]) -> list[MoleculeModel]:
+    """The ensemble's members (one for a single model), checked to share their inputs
+    and outputs."""
+    models = [model] if isinstance(model, MoleculeModel) else list(model)
+    if not models:
+        raise ValueError("argument models: explain needs at least one model")
+    first = models[0].config
+    for k, m in enumerate(models[1:], 1):
+        c = m.config
+        if (c.task, c.num_tasks, c.descriptor_dim) != (first.task, first.num_tasks,
+                                                       first.descriptor_dim):
+            raise ValueError(f"argument models: member {k} is not of member 0's kind "
+                             f"(task, tasks and descriptors differ)")
+    return models
+
+
+def _output_of(models: list[MoleculeModel]) -> nn.Module:
+    """What is explained: one model's ``ModelOutput`` or the ``EnsembleOutput``."""
+    forward = ModelOutput(models[0]) if len(models) == 1 else EnsembleOutput(models)
+    return forward.eval()
+
+
+def _attention(models: list[MoleculeModel], data: Data, target: int) -> Attribution:
+    """The readout's relative attention, averaged over the members, with the
+    ensemble's prediction."""
+    parts = [attention_contributions(ModelOutput(m).eval(), data, "model.pool", target)
+             for m in models]
+    if len(parts) == 1:
+        return parts[0]
+    with torch.no_grad():
+        prediction = float(_output_of(models)(collate_molecules([data]))[0, target])
+    values = torch.stack([p.values for p in parts]).mean(0)  # (N,)
+    return replace(parts[0], values=values, prediction=prediction,
+                   note=f"{parts[0].note}; mean over {len(parts)} members")
+
+
+def _attribute(models: list[MoleculeModel], mol: Chem.Mol, data: Data, method: str,
                target: int) -> Attribution:
-    forward = ModelOutput(model).eval()
-    uses_descriptors = bool(model.config.descriptor_dim)
+    forward = _output_of(models)
+    uses_descriptors = bool(models[0].config.descriptor_dim)
     if method == "occlusion":
         with rdBase.BlockLogs():
             variants = [_variant(mol, i, uses_descriptors) for i in range(mol.GetNumAtoms())]
@@ -150,20 +207,22 @@ def _attribute(model: MoleculeModel, mol: Chem.Mol, data: Data, method: str,
         return integrated_gradients(
             forward, data, target, graph_inputs=("descriptors",) if uses_descriptors else (),
             node_shares=shares)
-    if method == "readout":
-        return readout_contributions(model, data, target)
+    if method == "readout":  # the molecule model has no sum over atoms: a clear error
+        return readout_contributions(models[0], data, target)
     if method == "attention":
-        return attention_contributions(forward, data, "model.pool", target)
+        return _attention(models, data, target)
     raise ValueError(f"argument --method: unknown method {method!r}")
 
 
-def explain_molecule(model: MoleculeModel, smiles: str, method: str = DEFAULT_METHOD,
-                     target: int = 0, max_heavy_atoms: int = MAX_HEAVY_ATOMS
-                     ) -> MoleculeExplanation:
-    """One contribution per atom of ``smiles`` to the model's prediction of ``target``.
+def explain_molecule(model: MoleculeModel | Sequence[MoleculeModel], smiles: str,
+                     method: str = DEFAULT_METHOD, target: int = 0,
+                     max_heavy_atoms: int = MAX_HEAVY_ATOMS) -> MoleculeExplanation:
+    """One contribution per atom of ``smiles`` to the prediction of ``target``.
 
     Args:
-        model: a trained model (put in eval mode).
+        model: a trained model, or an ensemble's members (``checkpoint.load_run``'s
+            list): then the explained prediction is the ensemble's, as ``predict``
+            gives it.
         smiles: the molecule.
         method: one of ``setattn.explain.METHODS``.
         target: the task explained.
@@ -172,29 +231,34 @@ def explain_molecule(model: MoleculeModel, smiles: str, method: str = DEFAULT_ME
     Raises:
         InvalidSmilesError: if ``smiles`` does not parse (``MoleculeSkippedError`` if it
             is over the size limit).
-        ValueError: for an unknown method, or ``readout`` on a model without one.
+        ValueError: for an unknown method, ``readout`` on a model without one, no
+            model, or members of different kinds.
     """
-    model.eval()
+    models = _members(model)
+    for m in models:
+        m.eval()
     whole, mol, atoms = _fragment(smiles)
-    data = featurize(smiles, model.config.descriptor_dim, max_heavy_atoms=max_heavy_atoms)
-    attribution = _attribute(model, mol, data, method, target)
+    data = featurize(smiles, models[0].config.descriptor_dim, max_heavy_atoms=max_heavy_atoms)
+    attribution = _attribute(models, mol, data, method, target)
     values = torch.zeros(whole.GetNumAtoms(), device="cpu")  # (N_all,): explain runs on the CPU
     values[atoms] = attribution.values.float()
     attribution.values = values
-    classification = model.config.task != "regression"
+    classification = models[0].config.task != "regression"
     unit = "relative attention" if method == "attention" else (
         "logit" if classification else "target units")
     probability = None
     if classification:
-        with torch.no_grad():
-            probability = float(model.predict(collate_molecules([data]))[0, target])
+        batch = collate_molecules([data])
+        with torch.no_grad():  # the ensemble's: the mean of the members' probabilities
+            probability = float(torch.stack([m.predict(batch)[0, target]
+                                             for m in models]).mean())
     symbols = [a.GetSymbol() for a in whole.GetAtoms()]
     return MoleculeExplanation(smiles, symbols, attribution, unit, probability)
 
 
-def explain_smiles(model: MoleculeModel, smiles: str, method: str = DEFAULT_METHOD,
-                   target: int = 0, max_heavy_atoms: int = MAX_HEAVY_ATOMS
-                   ) -> MoleculeExplanation:
+def explain_smiles(model: MoleculeModel | Sequence[MoleculeModel], smiles: str,
+                   method: str = DEFAULT_METHOD, target: int = 0,
+                   max_heavy_atoms: int = MAX_HEAVY_ATOMS) -> MoleculeExplanation:
     """``explain_molecule`` for the command line: a SMILES that does not parse is a
     ``ValueError`` naming ``--smiles``."""
     try:

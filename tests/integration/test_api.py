@@ -110,7 +110,7 @@ def test_a_cli_run_loads_in_the_api(cli_ensemble, freesolv, tmp_path, capsys):
     assert np.isfinite(lower[:10]).all() and (lower[:10] < mean[:10]).all()
     np.testing.assert_allclose(mean[:10] - lower[:10], upper[:10] - mean[:10], rtol=1e-5)
     weights = model.explain(smiles[0], "attention")  # (N,) attention x N
-    expected = explain_molecule(load_run(cli_ensemble)[0][0], smiles[0], "attention")
+    expected = explain_molecule(load_run(cli_ensemble)[0], smiles[0], "attention")  # all members
     assert np.array_equal(weights, expected.attribution.values.numpy())
     np.testing.assert_allclose(weights.mean(), 1.0, rtol=1e-5)  # weights sum to 1
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from molecule_runs import TINY, freesolv_slice, read_csv, run
+from molecule_runs import TINY, TOX21_TASKS, freesolv_slice, read_csv, run, tox21_slice
 
 from setattn import cli, viz
 from setattn.molprop import checkpoint
+from setattn.molprop.batching import collate_molecules
 from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize
 from setattn.molprop.predict import predict
@@ -30,6 +31,24 @@ def trained(tmp_path_factory):
     torch.set_num_threads(threads)
     assert status == 0
     return root / "run"
+
+
+def _train_ensemble(root, data, targets, *flags):
+    threads = torch.get_num_threads()
+    status = cli.main(["train", "--data", str(data), "--target-columns", *targets,
+                       "--epochs", "2", "--output-dir", str(root), *TINY,
+                       "--ensemble-size", "2", *flags])
+    torch.set_num_threads(threads)
+    assert status == 0
+    return checkpoint.load_run(root)[0]
+
+
+@pytest.fixture(scope="module")
+def ensemble(tmp_path_factory):
+    """A FreeSolv run of two members."""
+    root = tmp_path_factory.mktemp("explain_ensemble")
+    return root / "run", _train_ensemble(root / "run", freesolv_slice(root / "fs.csv", 30),
+                                         ["expt"])
 
 
 def test_explain_png(trained, tmp_path, capsys):
@@ -131,3 +150,70 @@ def test_draw_atom_weights_checks_atom_count(tmp_path):
     path = viz.draw_atom_weights("CCO", torch.tensor([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]]),
                                  tmp_path / "x.svg", legends=["a", "b"])
     assert "</svg>" in path.read_text()
+
+
+def _members_prediction(models, smiles):
+    data = [featurize(smiles, models[0].config.descriptor_dim)]
+    with torch.no_grad():
+        return torch.stack([predict(m, data)[0, 0] for m in models])  # (K,)
+
+
+def test_an_ensemble_is_explained_as_predict_averages_it(ensemble):
+    """The explained prediction is the members' mean (what ``predict`` writes); occlusion
+    and attention are the members' means, integrated gradients sum to the ensemble's
+    prediction minus its baseline."""
+    _, models = ensemble
+    smiles = "OCC(N)c1ccncc1"
+    members = _members_prediction(models, smiles)
+    assert float(members[0] - members[1]) != 0  # two members that disagree
+    for method in ("occlusion", "attention", "integrated-gradients"):
+        e = explain_molecule(models, smiles, method)
+        assert e.attribution.prediction == pytest.approx(float(members.mean()), abs=1e-5)
+        if method != "integrated-gradients":
+            each = torch.stack([explain_molecule(m, smiles, method).attribution.values
+                                for m in models])  # (K, N)
+            torch.testing.assert_close(e.attribution.values, each.mean(0), atol=1e-5,
+                                       rtol=1e-5)
+    a = explain_molecule(models, smiles, "integrated-gradients").attribution
+    assert a.complete and abs(a.gap()) <= a.delta + 1e-4
+    single = explain_molecule(models[0], smiles, "integrated-gradients").attribution
+    assert a.baseline != pytest.approx(single.baseline, abs=1e-6)  # not member 0's
+
+
+def test_the_command_line_explains_the_ensemble(ensemble, tmp_path, capsys):
+    run_dir, models = ensemble
+    status, stdout, _ = run(["explain", "--model", run_dir, "--smiles", "CCO", "--output",
+                             tmp_path / "x.png"], capsys)
+    mean = float(_members_prediction(models, "CCO").mean())
+    assert status == 0 and "(the mean of an ensemble of 2)" in stdout
+    assert f"predicted expt {mean:.3f}" in stdout
+
+
+def test_a_classification_ensemble_explains_the_mean_probability(tmp_path):
+    models = _train_ensemble(tmp_path / "run", tox21_slice(tmp_path / "tox.csv", 60),
+                             TOX21_TASKS, "--task", "classification")
+    data = [featurize("c1ccccc1O", models[0].config.descriptor_dim)]
+    with torch.no_grad():
+        p = torch.stack([m.predict(collate_molecules(data))[0, 1] for m in models])  # (K,)
+    e = explain_molecule(models, "c1ccccc1O", "occlusion", target=1)
+    assert float(p[0] - p[1]) != 0  # two members that disagree
+    assert e.probability == pytest.approx(float(p.mean()), abs=1e-6)
+    assert e.attribution.prediction == pytest.approx(float(torch.logit(p.mean())), abs=1e-4)
+    assert e.unit == "logit"
+
+
+def test_members_of_different_kinds_or_none_are_refused(ensemble, trained):
+    _, models = ensemble
+    with pytest.raises(ValueError, match="at least one model"):
+        explain_molecule([], "CCO")
+    other = checkpoint.load_run(trained)[0][0]
+    other.config.num_tasks = 2  # a member predicting another number of tasks
+    with pytest.raises(ValueError, match="member 1 is not of member 0's kind"):
+        explain_molecule([models[0], other], "CCO")
+
+
+def test_explain_refuses_a_gpu_but_takes_auto(trained, tmp_path, capsys):
+    status, _, err = run(["explain", "--model", trained, "--smiles", "CCO", "--output",
+                          tmp_path / "x.png", "--device", "cuda:0"], capsys)
+    assert status == 2 and "--device" in err
+    assert not (tmp_path / "x.png").exists()
