@@ -14,8 +14,10 @@ Each task is built from the bundled sets (ESOL SMILES for crippen, Tox21 for ben
 from SMILES not used for either: the Huuskonen solubility SD files (both tasks). Each is
 trained by ``setattn train`` with the command line's defaults (descriptors and, for
 regression, the kernel ridge included: what users run) on a random 80/10/10 split, seed
-0; the validation part chooses the default method, the test part is reported. The
-molecules are each SMILES's largest fragment, written as canonical SMILES.
+0; the validation part chooses the default method, the test part is reported. Each
+method explains the run's ensemble, as ``setattn explain`` does (records before
+session 28 explained its first member). The molecules are each SMILES's largest
+fragment, written as canonical SMILES.
 
     python benchmarks/attribution.py                      # everything (~1 h on 2 cores)
     python benchmarks/attribution.py --sets bundled --parts val --limit 100
@@ -148,7 +150,7 @@ def score(task: str, mol: Chem.Mol, values: np.ndarray) -> float | None:
 
 def evaluate(task: str, run: Path, part: str, methods: list[str], limit: int) -> dict:
     """Mean score per method (and a random baseline) over a part of the split."""
-    model = load_run(run)[0][0]
+    models = load_run(run)[0]  # the ensemble, as ``setattn explain`` explains it
     rows = list(csv.DictReader(open(json.loads((run / "config.json").read_text())["data"])))
     index = json.loads((run / "split.json").read_text())[part]
     if task == "benzene":  # only positive molecules are scored
@@ -164,12 +166,13 @@ def evaluate(task: str, run: Path, part: str, methods: list[str], limit: int) ->
         scores["random"].append(score(task, mol, rng.random(mol.GetNumAtoms())))
         for method in methods:
             start = time.perf_counter()
-            e = explain_molecule(model, rows[r]["smiles"], method)
+            e = explain_molecule(models, rows[r]["smiles"], method)
             seconds[method] += time.perf_counter() - start
             scores[method].append(score(task, mol, e.attribution.values.numpy()))
             if e.attribution.complete:
                 gaps.append(abs(e.attribution.gap()) - e.attribution.delta)
     return {"molecules": len(scores["random"]), "left_out": len(index) - len(scores["random"]),
+            "members": len(models),
             "scores": {m: float(np.mean(s)) for m, s in scores.items()},
             "seconds_per_molecule": {m: s / max(len(index), 1) for m, s in seconds.items()},
             "largest_sum_gap_beyond_delta": max(gaps) if gaps else None}

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import pytest
+import torch
 
 from setattn import cli
 from setattn.datasets import DATASETS_DIR
@@ -95,3 +99,16 @@ def saved_bench_run(tmp_path: Path, column: str, kernel: str = "auto") -> Path:
                        "--kernel-ridge", kernel])
     assert status == 0
     return run
+
+
+def sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (to show an input was left unchanged)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def keep_threads() -> Iterator[None]:
+    """Restore torch's thread count after a test (``train`` sets its own)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -21,10 +21,13 @@ from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import MoleculeExplanation, explain_molecule, explain_smiles
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.outputs import check_output_file
+from setattn.molprop.outputs import check_output_file, run_files
 from setattn.viz import draw_atom_contributions
 
 __all__ = ["cmd_explain"]
+
+TABLE_FILES = ("atoms.csv", "molecules.csv", "errors.csv")
+"""The tables ``--data`` writes into the ``--output`` folder (besides pictures)."""
 
 
 def _target(args: argparse.Namespace, targets: list[str]) -> int:
@@ -47,7 +50,8 @@ def _sum_text(e: MoleculeExplanation) -> str:
     a = e.attribution
     if not a.complete:
         return "contributions claim no sum"
-    return f"contributions sum to prediction - baseline ({a.baseline:+.3f})"
+    return (f"contributions sum to prediction - baseline ({a.prediction - a.baseline:+.3f}; "
+            f"baseline {a.baseline:+.3f})")
 
 
 def _draw(e: MoleculeExplanation, target: str, method: str, path: Path) -> None:
@@ -93,8 +97,9 @@ def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) 
     rows = _rows(args.data, args.smiles_column)
     out.mkdir(parents=True, exist_ok=True)
     errors, explained = [], 0
-    with open(out / "atoms.csv", "w", newline="") as atoms, \
-            open(out / "molecules.csv", "w", newline="") as molecules:
+    atoms_file, molecules_file, errors_file = (out / name for name in TABLE_FILES)
+    with open(atoms_file, "w", newline="") as atoms, \
+            open(molecules_file, "w", newline="") as molecules:
         atom_rows, molecule_rows = csv.writer(atoms), csv.writer(molecules)
         atom_rows.writerow(["row", "smiles", "atom", "symbol", "contribution"])
         molecule_rows.writerow(["row", "smiles", "prediction", "baseline", "sum", "delta",
@@ -115,11 +120,11 @@ def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) 
             if explained < args.max_pictures:
                 _draw(e, target, args.method, out / f"row_{row}.png")
             explained += 1
-    with open(out / "errors.csv", "w", newline="") as handle:
+    with open(errors_file, "w", newline="") as handle:
         csv.writer(handle).writerows([["row", "smiles", "error"], *errors])
     print(f"explained {explained} molecules of {args.data} with {args.method} "
           f"({min(explained, args.max_pictures)} pictures); {len(errors)} invalid SMILES in "
-          f"{out / 'errors.csv'}; contributions in {out / 'atoms.csv'}")
+          f"{errors_file}; contributions in {atoms_file}")
     return 0
 
 
@@ -127,13 +132,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Explain one SMILES (a picture) or a CSV (a folder). Returns the exit status."""
     if args.device != "auto" and resolve_device(args.device).type != "cpu":
         raise ValueError(f"argument --device: explanations run on the CPU (got {args.device})")
-    model = Path(args.model)
-    inputs = {"--model": model if model.is_file() else model / "config.json"}
+    inputs = run_files(Path(args.model))
     if args.data is not None:
         inputs["--data"] = Path(args.data)
         if Path(args.output).is_file():
             raise ValueError(f"argument --output: {args.output} is a file; with --data it "
                              f"names a folder")
+        for name in TABLE_FILES:  # none may replace an input (the CSV explained, a record)
+            check_output_file(Path(args.output) / name, inputs)
     else:
         check_output_file(Path(args.output), inputs)
     models, meta = load_run(args.model)

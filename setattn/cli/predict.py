@@ -12,20 +12,10 @@ from setattn.datasets.files import check_encoding, existing_file
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.outputs import check_output_file
+from setattn.molprop.outputs import check_output_file, run_files
 from setattn.molprop.predict import predict_csv
 
 __all__ = ["cmd_predict"]
-
-
-def _model_files(model: Path) -> dict[str, Path]:
-    """The files ``--model`` names (a run's config and weights), which no output may be."""
-    if model.is_file():
-        return {"--model": model}
-    files = {"--model": model / "config.json"}
-    for k, f in enumerate(sorted(model.glob("model_*/*.pt"))):
-        files[f"--model's file {k}"] = f
-    return files
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -36,7 +26,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(f"argument --max-heavy-atoms: must be >= 1, got {args.max_heavy_atoms}")
     check_encoding(args.encoding)
     existing_file(args.data, "--data")
-    check_output_file(args.output, {"--data": args.data, **_model_files(Path(args.model))})
+    check_output_file(args.output, {"--data": args.data, **run_files(Path(args.model))})
     device = resolve_device(args.device)
     if args.workers > 1 and device.type != "cpu":  # CUDA does not survive a fork
         raise ValueError(f"argument --workers: {args.workers} worker processes need "

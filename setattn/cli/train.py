@@ -72,6 +72,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"argument --output-dir: {out} already holds a run; pass --resume "
                              f"to continue it, or choose another directory")
         run = run_config_from_args(args)
+        run.data = str(Path(run.data).resolve())  # --resume works from any directory
     # one process group per run under torchrun (NCCL on GPUs)
     with distributed.session(resolve_device(run.train.device)) as world:
         distributed.barrier()  # every rank has checked out/ before rank 0 writes

@@ -196,8 +196,9 @@ def parse_smiles(smiles: str, *, row: int | None = None, source: str | None = No
         The RDKit molecule (hydrogens implicit).
 
     Raises:
-        InvalidSmilesError: if the string is empty or RDKit cannot parse or
-            sanitise it; the message carries the SMILES, the row and the reason.
+        InvalidSmilesError: if the string is empty, holds whitespace inside (RDKit
+            would take the rest as a name), or RDKit cannot parse or sanitise it; the
+            message carries the SMILES, the row and the reason.
     """
     text = smiles.strip()
     if not text:
@@ -206,6 +207,9 @@ def parse_smiles(smiles: str, *, row: int | None = None, source: str | None = No
         mol = Chem.MolFromSmiles(text)
     if mol is None:
         raise InvalidSmilesError(smiles, _parse_failure_reason(text), row=row, source=source)
+    if any(c.isspace() for c in text):  # RDKit reads "C CO" as methane named "CO"
+        raise InvalidSmilesError(smiles, f"whitespace inside the SMILES (RDKit would read "
+                                 f"only {text.split()[0]!r})", row=row, source=source)
     if mol.GetNumAtoms() == 0:
         raise InvalidSmilesError(smiles, "molecule has no atoms", row=row, source=source)
     return mol

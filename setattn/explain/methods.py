@@ -135,7 +135,7 @@ def integrated_gradients(forward: Forward, data: Data, target: int = 0, *,
         n_steps: integration steps (Gauss-Legendre) of the first try.
         max_steps: the steps are doubled up to this many while captum's convergence delta
             exceeds ``rtol`` times the absolute difference between the output and the
-            baseline's output (plus 1e-3).
+            baseline's output (plus 1e-3); if it still does, the note says so.
         rtol: the relative delta accepted.
 
     Returns:
@@ -167,11 +167,15 @@ def integrated_gradients(forward: Forward, data: Data, target: int = 0, *,
         ratio = torch.where(value != 0, attribution / value.where(value != 0, 1.0), 0.0)
         values = values + share.float() @ ratio[0].detach()  # (N,)
     complete = len(node_shares) == len(graph_inputs)
+    missed = abs(float(delta[0])) > accepted  # still over the tolerance at max_steps
     return Attribution(values, "integrated-gradients", prediction,
                        baseline if complete else None, abs(float(delta[0])),
                        note="integrated gradients from all-zero node features"
                        + (" and graph inputs" if graph_inputs else "")
-                       + f" ({n_steps} steps)")
+                       + f" ({n_steps} steps)"
+                       + (f"; not converged: the convergence delta {float(delta[0]):.3g} is "
+                          f"over {rtol:.0%} of prediction - baseline "
+                          f"({prediction - baseline:.3g}) at {n_steps} steps" if missed else ""))
 
 
 @torch.no_grad()

@@ -20,6 +20,7 @@ from setattn.molprop.device import DEVICE_HELP, PRECISIONS, resolve_device
 from setattn.molprop.limits import KERNEL_MAX_TRAIN, MAX_HEAVY_ATOMS, RUN_BOUNDS, check_bounds
 from setattn.molprop.model import MoleculeModelConfig
 from setattn.molprop.options import config_from_dict, flag_fields, key_error, option
+from setattn.molprop.outputs import check_prediction_columns
 
 __all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig",
            "legacy_batch_size"]
@@ -156,6 +157,7 @@ class RunConfig:
         if self.smiles_column in self.target_columns:
             raise ValueError(f"argument --target-columns: {self.smiles_column!r} is the SMILES "
                              f"column")
+        check_prediction_columns(self.smiles_column, self.target_columns)
         if self.task not in ("regression", "classification"):
             raise ValueError(f"argument --task: must be regression or classification, "
                              f"got {self.task!r}")

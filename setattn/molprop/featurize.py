@@ -55,9 +55,10 @@ from setattn.molprop.limits import FEATURIZE_SECONDS, MAX_HEAVY_ATOMS
 __all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "featurize", "featurize_csv"]
 
 
-FEATURIZER_VERSION = 2
+FEATURIZER_VERSION = 3
 """Bump when ``mol_to_data`` or the descriptors change: old cache entries are then unused.
-2: chirality is the CIP label (R/S), not the atom-order-dependent CW/CCW tag."""
+2: chirality is the CIP label (R/S), not the atom-order-dependent CW/CCW tag.
+3: a SMILES with whitespace inside is invalid (RDKit read "C CO" as methane)."""
 
 
 PARALLEL_MIN = 2000

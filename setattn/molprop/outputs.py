@@ -18,10 +18,11 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "RunLock", "check_output_dir", "check_output_file"]
+__all__ = ["LOCK_NAME", "RUN_RECORDS", "RunLock", "check_output_dir", "check_output_file",
+           "check_prediction_columns", "prediction_columns", "run_files"]
 
 LOCK_NAME = ".setattn.lock"
 """The lock file of a run directory."""
@@ -44,6 +45,49 @@ def _check_folder(path: Path, argument: str) -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"argument {argument}: cannot write in {ancestor} (permission "
                          f"denied)")
+
+
+RUN_RECORDS = ("config.json", "metrics.json", "split.json", "log.csv", "curve.png")
+"""A run directory's own records: ``predict`` reads the first two, ``--resume`` the first
+three; no command's output may replace them."""
+
+
+def prediction_columns(smiles_column: str, targets: Sequence[str], ensemble: bool,
+                       intervals: bool) -> list[str]:
+    """The header of ``setattn predict``'s output: the SMILES column, one column per
+    target, ``<target>_std`` for an ensemble, ``<target>_lower`` / ``_upper`` with
+    intervals, and ``error``."""
+    header = [smiles_column, *targets]
+    if ensemble:
+        header += [f"{t}_std" for t in targets]
+    if intervals:
+        header += [f"{t}_{end}" for t in targets for end in ("lower", "upper")]
+    return [*header, "error"]
+
+
+def check_prediction_columns(smiles_column: str, targets: Sequence[str],
+                             argument: str = "--target-columns") -> None:
+    """Raise a ValueError naming ``argument`` if ``predict``'s output for these targets
+    (an ensemble's, with intervals: every column it may write) would repeat a name, so
+    that a reader of the file would lose one of the two (e.g. a target named "error")."""
+    header = prediction_columns(smiles_column, targets, ensemble=True, intervals=True)
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise ValueError(f"argument {argument}: predict's output would hold two columns "
+                         f"named {', '.join(map(repr, twice))} (it writes the targets, "
+                         f"<target>_std, _lower, _upper and 'error'); rename that column "
+                         f"of the CSV")
+
+
+def run_files(model: Path) -> dict[str, Path]:
+    """The files of the run ``--model`` names (its records and weights), which no output
+    may be, by a name for error messages."""
+    if model.is_file():
+        return {"--model": model}
+    files = {f"--model's {name}": model / name for name in RUN_RECORDS}
+    for f in sorted(model.glob("model_*/*.pt")):
+        files[f"--model's {f.parent.name}/{f.name}"] = f
+    return files
 
 
 def check_output_file(output: str | Path, inputs: Mapping[str, str | Path | None],

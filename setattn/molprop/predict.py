@@ -30,7 +30,7 @@ from setattn.molprop.device import model_device, to_device
 from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
-from setattn.molprop.outputs import check_output_file
+from setattn.molprop.outputs import check_output_file, check_prediction_columns, prediction_columns
 
 __all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "interval_spread",
            "kernel_outputs", "member_predictions", "outputs", "predict", "predict_all",
@@ -347,12 +347,9 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
             appears twice, or a line of ``data`` is not readable (naming it).
     """
     check_output_file(output, {"--data": data})  # never write over the input
-    header_out = [smiles_column, *targets]
-    if len(models) > 1:
-        header_out += [f"{t}_std" for t in targets]
-    if calibration is not None:
-        header_out += [f"{t}_{end}" for t in targets for end in ("lower", "upper")]
-    header_out.append("error")
+    check_prediction_columns(smiles_column, targets, "--model")  # runs from before the check
+    header_out = prediction_columns(smiles_column, targets, len(models) > 1,
+                                    calibration is not None)
     counts = {"rows": 0, "errors": 0, "notes": 0}
     with open_csv(data, encoding) as table:
         (col,) = check_columns(table.header, [smiles_column], table.path)

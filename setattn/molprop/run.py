@@ -57,7 +57,14 @@ Log = Callable[[str], None]
 
 
 def _check_labels(data: Sequence[Data], run: RunConfig) -> None:
-    """Classification labels must be 0, 1 or missing; name the first offending row."""
+    """Every target column needs a label among the valid molecules; classification
+    labels must be 0, 1 or missing (the first offending row is named)."""
+    labelled = ~torch.isnan(stacked_targets(data)).all(0)  # (T,)
+    empty = [c for c, ok in zip(run.target_columns, labelled.tolist()) if not ok]
+    if empty:
+        raise ValueError(f"{Path(run.data).name}: target column(s) {empty} hold no label in "
+                         f"any row with a valid SMILES; fill them or leave them out of "
+                         f"--target-columns")
     if run.task != "classification":
         return
     for d in data:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import Field
+from numbers import Integral, Real
 from typing import Any
 
 from setattn.domains.descriptors import descriptor_count
@@ -59,28 +60,49 @@ def descriptor_dim(descriptors: str | None) -> int:
     return descriptor_count() if descriptors == "rdkit" else 0
 
 
+_KINDS = {"int": (Integral, int), "float": (Real, float), "str": (str, str),
+          "bool": (bool, bool)}
+"""A field's annotation -> (what a value must be an instance of, what it is stored as)."""
+
+
+def _typed(name: str, annotation: str, value: Any) -> Any:
+    """``value`` as a field annotated ``annotation`` stores it (an int where a float is
+    expected becomes a float), or a TypeError naming the option."""
+    base = annotation.removesuffix(" | None")
+    if base.startswith("list["):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"option {name}: must be a list of {base[5:-1]}, got {value!r}")
+        return [_typed(name, base[5:-1], v) for v in value]
+    kind, stored = _KINDS[base]
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise TypeError(f"option {name}: must be {'a' if base != 'int' else 'an'} {base}, "
+                        f"got {value!r}")
+    return stored(value)
+
+
 def new_run(options: Mapping[str, Any]) -> RunConfig:
     """A new run with ``options`` set and defaults for the rest (an option given as
     None takes its default, as a flag left out does).
 
     The ``seed`` option seeds the split and the models alike. ``num_tasks`` and
     ``task`` of the model follow the run. Nothing is validated here (see
-    ``RunConfig.validate``) except the names.
+    ``RunConfig.validate``) except the names and the types.
 
     Raises:
         ValueError: for a name that is not an option, listing the options.
+        TypeError: naming the option whose value is not of its type (an int is a float
+            where a float is expected).
     """
     unknown = sorted(set(options) - set(option_names()))
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; options: {option_names()}")
     run = RunConfig()
-    if options.get("seed") is not None:
-        run.train.seed = options["seed"]
     for section, f in run_flags():
         value = options.get(f.name)
         if value is not None:
-            value = list(value) if isinstance(value, (list, tuple)) else value
-            setattr(config_section(run, section), f.name, value)
+            setattr(config_section(run, section), f.name, _typed(f.name, f.type, value))
+    if options.get("seed") is not None:
+        run.train.seed = run.seed
     run.model.descriptor_dim = descriptor_dim(options.get("descriptors"))
     run.model.num_tasks = len(run.target_columns or [None])
     run.model.task = run.task

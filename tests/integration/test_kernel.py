@@ -321,13 +321,17 @@ def test_model_config_refuses_a_kernel_without_descriptors():
 def test_a_regression_target_without_training_labels_is_named(tmp_path, capsys):
     rows = read_csv(freesolv_slice(tmp_path / "fs.csv", 30))
     data = tmp_path / "two.csv"
-    with open(data, "w") as f:
-        f.write("smiles,expt,empty\n")
-        f.writelines(f"{r['smiles']},{r['expt']},\n" for r in rows)
-    status, _, err = train_tiny(data, tmp_path / "run", capsys, targets=("expt", "empty"))
+    parts = ["train"] * 24 + ["val"] * 3 + ["test"] * 3
+    with open(data, "w") as f:  # 'empty' is labelled outside the training part only
+        f.write("smiles,expt,empty,split\n")
+        f.writelines(f"{r['smiles']},{r['expt']},{r['expt'] if p != 'train' else ''},{p}\n"
+                     for r, p in zip(rows, parts))
+    split = ("--split", "column")
+    status, _, err = train_tiny(data, tmp_path / "run", capsys, *split,
+                                targets=("expt", "empty"))
     assert status == 2 and "'empty' has no label in the training part" in err
-    status, _, _ = train_tiny(data, tmp_path / "run2", capsys, "--kernel-ridge", "off",
-                              targets=("expt", "empty"))
+    status, _, _ = train_tiny(data, tmp_path / "run2", capsys, *split, "--kernel-ridge",
+                              "off", targets=("expt", "empty"))
     assert status == 0
 
 

@@ -175,7 +175,8 @@ def test_complete_graphs_batch():
 
 @pytest.mark.parametrize(
     ("smiles", "reason"),
-    [("", "empty SMILES"), ("   ", "empty SMILES"), ("C1CC", "syntax"), ("c1cccc1", "kekulize")],
+    [("", "empty SMILES"), ("   ", "empty SMILES"), ("C1CC", "syntax"), ("c1cccc1", "kekulize"),
+     ("C CO", "read only 'C'"), ("CCCC\tO", "whitespace inside")],
 )
 def test_invalid_smiles_error(smiles, reason):
     with pytest.raises(InvalidSmilesError) as info:
@@ -185,6 +186,10 @@ def test_invalid_smiles_error(smiles, reason):
     assert err.smiles == smiles and err.row == 41 and err.source == "mine.csv"
     assert reason.lower() in str(err).lower()
     assert f"invalid SMILES {smiles!r} in row 41 of mine.csv" in str(err)
+
+
+def test_surrounding_whitespace_is_ignored():
+    assert mol_to_data("  CCO\t").num_nodes == 3
 
 
 def test_invalid_smiles_without_row():

@@ -108,6 +108,19 @@ def test_integrated_gradients_of_a_nonlinear_model_sums_within_its_delta():
 
     a = integrated_gradients(forward, graph(7, seed=3), 0, n_steps=128)
     assert abs(a.gap()) <= a.delta + 1e-5 and a.delta < 1e-3
+    assert "not converged" not in a.note
+
+
+def test_integrated_gradients_say_when_the_steps_run_out():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def forward(batch):
+        return scatter(mlp(batch.x), batch.batch, 0, dim_size=batch.num_graphs).square()
+
+    a = integrated_gradients(forward, graph(7, seed=3), 0, n_steps=2, max_steps=2, rtol=1e-9)
+    assert "(2 steps); not converged: the convergence delta" in a.note
+    assert a.delta > 1e-9 * abs(a.prediction - a.baseline) + 1e-3  # what the note says
 
 
 def test_occlusion_by_removal_and_by_masking_recovers_the_linear_terms():
