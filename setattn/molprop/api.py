@@ -20,7 +20,7 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,9 @@ def _smiles_list(smiles: str | Sequence[str], name: str) -> list[str]:
     """
     if isinstance(smiles, str):
         return [smiles]
+    if not isinstance(smiles, Iterable):
+        raise TypeError(f"argument {name}: a SMILES string or a sequence of them, got "
+                        f"{type(smiles).__name__}")
     items = list(smiles)
     for i, item in enumerate(items):
         if not isinstance(item, str):
@@ -308,12 +311,14 @@ class MoleculePredictor:
         ``setattn train --resume`` continues it). Returns the directory.
 
         Raises:
-            ValueError: if ``directory`` already holds another run.
+            ValueError: if ``directory`` is a file or already holds another run.
         """
         self._check_fitted()
         if self.run_dir is None:
             raise ValueError("save: loaded from a single checkpoint file, not a run directory")
         dest = Path(directory)
+        if dest.exists() and not dest.is_dir():
+            raise ValueError(f"argument directory: {dest} is a file, not a directory")
         if dest.resolve() == self.run_dir.resolve():
             return dest
         if (dest / "config.json").is_file():

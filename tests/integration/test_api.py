@@ -135,6 +135,11 @@ def test_an_api_run_works_with_the_command_line(freesolv, tmp_path, capsys):
     assert status == 0
     resumed = json.loads((saved / "metrics.json").read_text())
     assert resumed["test"] == model.metrics["test"] and resumed["split"]["test"] == 6
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match="a_file is a file, not a directory"):
+        model.save(tmp_path / "a_file")
+    with pytest.raises(TypeError, match="argument smiles: a SMILES string or a sequence"):
+        model.predict(None)
 
 
 def test_validation_set_and_multitask_classification(tmp_path):
