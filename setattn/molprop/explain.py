@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import torch
 from rdkit import Chem, rdBase
 from torch import Tensor, nn
+from torch.nn import functional as F
 from torch_geometric.data import Batch, Data
 
 from setattn.domains.descriptor_atoms import descriptor_shares
@@ -95,7 +96,10 @@ class EnsembleOutput(nn.Module):
         outs = torch.stack([member(batch) for member in self.members])  # (K, G, T)
         if self.regression:
             return outs.mean(0)  # (G, T)
-        return torch.logit(torch.sigmoid(outs).mean(0))  # (G, T)
+        # log(mean p) - log(mean (1 - p)) in log space: logit(mean(sigmoid)) in float32
+        # loses the logit of a probability near 0 or 1 (IG then no longer sums)
+        return (torch.logsumexp(F.logsigmoid(outs), 0)
+                - torch.logsumexp(F.logsigmoid(-outs), 0))  # (G, T)
 
 
 @dataclass
