@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from molecule_runs import (
+    TINY,
     freesolv_slice,
     keep_threads,  # noqa: F401 (the fixture pytestmark uses)
     read_csv,
@@ -39,8 +40,7 @@ def model(tmp_path_factory) -> Path:
     from setattn import cli
 
     status = cli.main(["train", "--data", str(data), "--target-columns", "expt", "--epochs",
-                       "2", "--output-dir", str(folder / "run"), "--hidden", "8", "--layers",
-                       "1", "--heads", "2", "--num-threads", "1", "--ensemble-size", "1"])
+                       "2", "--output-dir", str(folder / "run"), *TINY])
     torch.set_num_threads(threads)
     assert status == 0
     return folder / "run"
