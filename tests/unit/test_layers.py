@@ -17,7 +17,7 @@ LAYERS = [
     ("setattn.datasets", "setattn.viz", "setattn.explain"),
     ("setattn.molprop",),
     ("setattn.cli",),
-    ("setattn.train", "setattn.moldata", "setattn"),  # deprecated shims, the package root
+    ("setattn",),  # the package root
 ]
 
 
