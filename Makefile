@@ -1,5 +1,5 @@
 # Two commands: `make demo` (main job) and `make test` (test suite); `make docs` builds
-# the API reference.
+# the user guide and the API reference.
 # Each creates the local virtual environment .venv on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -36,12 +36,13 @@ test-fast: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
-# The API reference from the docstrings (docs/*.rst), warnings as errors, built from
-# scratch so that no warning hides in an unchanged page: docs/_build/html/index.html
+# The user guide (docs/guide/, benchmark tables read from benchmarks/results/*.json) and
+# the API reference (docs/reference/, from the docstrings), warnings as errors, built from
+# scratch so that no warning hides in an unchanged page.
 docs: $(STAMP)
 	rm -rf docs/_build
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
-	@echo "API reference: docs/_build/html/index.html"
+	@echo "User guide and API reference: docs/_build/html/index.html"
 
 lint: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks

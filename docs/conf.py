@@ -1,10 +1,11 @@
-"""Sphinx configuration: the API reference, built from the docstrings by ``make docs``."""
+"""Sphinx configuration: the user guide and the API reference, built by ``make docs``."""
 
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # document this checkout, whatever else is installed
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))  # records.py
 
 import setattn  # noqa: E402
 
@@ -18,6 +19,7 @@ extensions = [
     "sphinx.ext.napoleon",  # Google-style Args / Returns / Raises sections
     "sphinx.ext.viewcode",  # a [source] link beside every object
     "sphinxarg.ext",  # the command line, read from setattn.cli.parser.build_parser
+    "records",  # .. benchmark-record:: NAME, from benchmarks/results/NAME.json
 ]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
@@ -29,7 +31,7 @@ autodoc_typehints = "signature"
 default_role = "code"  # `x` in a docstring is code, as in the README
 smartquotes = False  # keep "--flag" and quotes as written (no en dashes in flags)
 
-exclude_patterns = ["_build", "make_figure.py"]
-html_theme = "alabaster"
+exclude_patterns = ["_build", "_ext"]
+html_theme = "furo"
 html_title = f"setattn {release}"
-html_theme_options = {"description": "attention as message passing over weighted graphs"}
+html_static_path: list[str] = []
