@@ -1,4 +1,4 @@
-"""Draw docs/attention_graph.png, the picture of "How attention becomes a graph".
+"""Draw docs/guide/_static/attention_graph.png, the picture of "Attention as a graph".
 
     python docs/make_figure.py            # from the repository root; rewrites the PNG
 
@@ -24,7 +24,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's setattn
 import setattn  # noqa: E402
 
-OUT = Path(__file__).resolve().parent / "attention_graph.png"
+OUT = Path(__file__).resolve().parent / "guide" / "_static" / "attention_graph.png"
 SIZES = [3, 4]
 COLOURS = ["tab:blue", "tab:orange"]
 
