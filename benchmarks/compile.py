@@ -28,8 +28,8 @@ For each case the table gives:
 
 Timings depend on the machine and its load (printed); they are not pass/fail.
 
-    python benchmarks/compile.py
-    python benchmarks/compile.py --graphs 64 --batches 4 --repeats 20
+    python benchmarks/compile.py                      # writes results/compile.json
+    python benchmarks/compile.py --graphs 64 --batches 4 --repeats 20 --out x.json
 """
 
 from __future__ import annotations
@@ -54,8 +54,14 @@ import torch  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphs import molecule_batch  # noqa: E402
-from util import interleaved_seconds, load_average  # noqa: E402
+from record import (  # noqa: E402
+    finish,
+    interleaved_seconds,
+    load_average,
+    make_record,
+    molecule_batch,
+    table,
+)
 
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool  # noqa: E402
 
@@ -191,13 +197,41 @@ def measure(name: str, module: torch.nn.Module, loss_fn: Callable, batches: list
             "compiled": 1e3 * seconds["compiled"]}
 
 
+def compile_table(rows: list[dict], args: argparse.Namespace) -> dict:
+    """The record's table: one row per case, eager against compiled."""
+    cells = [[r["name"], r["graphs"], r["fullgraph"], f"{r['eager']:.2f}", f"{r['cold']:.1f}",
+              f"{r['warm']:.1f}", f"{r['compiled']:.2f}", f"{r['eager'] / r['compiled']:.2f}x"]
+             for r in rows]
+    reasons = "; ".join(f"{r['name']}: " + " / ".join(r["reasons"]) for r in rows
+                        if r["reasons"])
+    notes = (f"{args.batches} batches of {args.graphs} molecule-like graphs "
+             f"({args.atoms[0]}-{args.atoms[1]} atoms; MoleculeModel: FreeSolv molecules), "
+             f"width {DIM}, {HEADS} heads, fwd+bwd, medians of {args.repeats} interleaved "
+             "rounds. cold s: the first compiled pass, compilation included; warm-up s: the "
+             "other batches once each. Break reasons: " + (reasons or "none"))
+    return table("torch.compile against eager", ["case", "graphs / breaks", "fullgraph",
+                 "eager ms", "cold s", "warm-up s", "compiled ms", "eager / compiled"],
+                 cells, notes)
+
+
+def summary(rows: list[dict]) -> str:
+    """The record's summary: graph breaks and the speed of compiled passes."""
+    ratios = ", ".join(f"{r['name']} {r['eager'] / r['compiled']:.2f}x" for r in rows)
+    breaks = ", ".join(f"{r['name']} {r['graphs']}" for r in rows)
+    return ("torch.compile on setattn's GAT layers, attention pooling and the molecule "
+            f"model: graphs / breaks {breaks}; eager time / compiled time {ratios} once "
+            "compiled (compilation itself takes seconds to minutes, see cold s).")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graphs", type=int, default=32, help="molecules per batch")
     parser.add_argument("--batches", type=int, default=4, help="batches of different sizes")
     parser.add_argument("--repeats", type=int, default=20, help="timed passes per mode")
     parser.add_argument("--only", nargs="*", help="case names to run (default: all)")
+    parser.add_argument("--out", type=Path, help="the record (default results/compile.json)")
     args = parser.parse_args(argv)
+    start = os.getloadavg()[0]
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     batches = []
@@ -207,24 +241,18 @@ def main(argv: list[str] | None = None) -> None:
         batches.append(b)
     atoms = [b["x"].shape[0] for b in batches]
     print(f"torch {torch.__version__}, 1 thread, {args.batches} batches of {args.graphs} "
-          f"molecules ({min(atoms)}-{max(atoms)} atoms), load average {load_average()}")
+          f"molecules ({min(atoms)}-{max(atoms)} atoms), load average {load_average()}",
+          file=sys.stderr)
+    args.atoms = (min(atoms), max(atoms))
     rows = []
     for name, (module, loss_fn) in cases().items():
         if args.only and name not in args.only:
             continue
         data = freesolv_batches(args.batches, args.graphs) if name == "MoleculeModel" else batches
         rows.append(measure(name, module, loss_fn, data, args.repeats))
-    print("\n| case | graphs / breaks | fullgraph | eager ms | cold s | warm-up s | compiled ms |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['name']} | {r['graphs']} | {r['fullgraph']} | {r['eager']:.2f} | "
-              f"{r['cold']:.1f} | {r['warm']:.1f} | {r['compiled']:.2f} |")
-    for r in rows:
-        if r["reasons"]:
-            print(f"\n{r['name']} break reasons:")
-            for line in r["reasons"]:
-                print(f"  - {line}")
-    print(f"\nload average {load_average()}")
+    load = max(start, os.getloadavg()[0])
+    finish(make_record("compile", "torch.compile on the training path", summary(rows),
+                       [compile_table(rows, args)], 1, {"cases": rows}, load=load), args.out)
     if FRESH_CACHE is not None:
         shutil.rmtree(FRESH_CACHE, ignore_errors=True)
 

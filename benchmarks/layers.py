@@ -2,11 +2,11 @@
 
 Two sizes:
 
-* default (large): one random graph (100k nodes, 1M directed edges, uniform endpoints,
+* large: one random graph (100k nodes, 1M directed edges, uniform endpoints,
   self loops added by both layers), 32 input features, ``GATConv`` 4 heads x 16, concat;
   the same edge_index every pass (full-graph training);
-* ``--small``: the sizes of molecule training: batches of 64 molecule-like graphs of
-  20-60 atoms (benchmarks/graphs.py: about 2,500 atoms and 5,700 directed bonds), 64
+* small: the sizes of molecule training: batches of 64 molecule-like graphs of
+  20-60 atoms (``record.molecule_batch``: about 2,500 atoms and 5,700 directed bonds), 64
   input features, 4 heads x 16, a new batch (of 16 different ones) every pass, for
   ``GATConv``, ``GATv2Conv`` and ``GATv2Conv(edge_dim=7)`` with bond features, self
   loops added by the layers (PyG's defaults). Per-call overhead dominates here.
@@ -28,10 +28,11 @@ Measurements:
   gradients, temporaries, allocator slack, setattn's sparse layouts), the CPU analogue
   of CUDA's ``max_memory_allocated`` delta.
 
-    python benchmarks/layers.py --threads 1             # the large graph, prints a table
-    python benchmarks/layers.py --threads 1 --small     # batches of small graphs
-    python benchmarks/layers.py --nodes 10000 --edges 100000 --repeats 3
+    python benchmarks/layers.py --threads 1 --repeats 40   # both sizes: results/layers.json
+    python benchmarks/layers.py --only small --nodes 10000 --edges 100000 --out x.json
     python benchmarks/layers.py --profile               # top ops of the setattn pass
+
+The record holds one table per size; ``--only large`` / ``--only small`` runs one.
 """
 
 from __future__ import annotations
@@ -48,8 +49,15 @@ import torch
 import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphs import molecule_batch  # noqa: E402
-from util import interleaved_seconds, load_average, peak_mb_here, print_table  # noqa: E402
+from record import (  # noqa: E402
+    finish,
+    interleaved_seconds,
+    load_average,
+    make_record,
+    molecule_batch,
+    peak_mb_here,
+    table,
+)
 
 from setattn.nn import GATConv, GATv2Conv  # noqa: E402
 
@@ -160,7 +168,8 @@ def compare(args: argparse.Namespace, kind: str) -> dict:
             "memory_ratio": pyg["peak_mb"] / max(ours["peak_mb"], 1e-9)}
 
 
-def report(kinds: dict[str, dict], markdown: bool) -> None:
+def size_table(kinds: dict[str, dict], small: bool, args: argparse.Namespace) -> dict:
+    """The record's table of one size: both layers' rows and the ratio row per kind."""
     rows = []
     for kind, r in kinds.items():
         for name, key in (("PyG", "pyg"), ("setattn", "setattn")):
@@ -169,24 +178,23 @@ def report(kinds: dict[str, dict], markdown: bool) -> None:
                          f"{1000 * m['first_seconds']:.1f}", f"{m['peak_mb']:.1f}"])
         rows.append([f"ratio PyG / setattn, {KINDS[kind]}", f"{r['time_ratio']:.2f}x",
                      f"{r['first_call_ratio']:.2f}x", f"{r['memory_ratio']:.2f}x"])
-    print_table(["layer", "fwd+bwd ms", "first call ms", "first-pass peak MB"], rows,
-                markdown=markdown)
-    print("fwd+bwd: median of repeated passes after warm-up, both layers in interleaved "
-          "rounds in one process; first call: the first pass, which also builds the "
-          "sparse layouts, one subprocess per layer. Memory: peak RSS growth (VmHWM reset "
-          "via /proc/self/clear_refs) during that first pass.")
-    for kind, r in kinds.items():
-        t, m = r["time_ratio"], 1 / r["memory_ratio"]
-        print(f"result, {KINDS[kind]}: max |setattn - pyg| {r['max_difference']:.2e}; "
-              f"setattn is {t:.2f}x the speed of PyG's (fwd+bwd) at {m:.2f}x its first-pass "
-              f"peak memory (target: >= 2x the speed at <= 0.5x the memory: "
-              f"{'met' if t >= 2 and m <= 0.5 else 'not met'})")
+    title = (f"batches of {SMALL_GRAPHS} molecule-like graphs of {SMALL_SIZES[0]}-"
+             f"{SMALL_SIZES[1]} atoms, {SMALL_IN} features, a new batch every pass"
+             if small else f"one graph of {args.nodes:,} nodes and {args.edges:,} random "
+             f"edges (+ self loops), {args.in_channels} features, the same graph every pass")
+    diff = max(r["max_difference"] for r in kinds.values())
+    notes = (f"{args.heads} heads x {args.channels}. fwd+bwd: median of {args.repeats} "
+             "interleaved rounds after warm-up; first call and first-pass peak memory (RSS "
+             "growth, VmHWM reset) in a fresh process per layer, which includes building "
+             f"setattn's sparse layouts. Largest |setattn - PyG| of the outputs: {diff:.1e}.")
+    return table(title, ["layer", "fwd+bwd ms", "first call ms", "first-pass peak MB"], rows,
+                 notes)
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--small", action="store_true",
-                   help="batches of 64 molecule-like graphs, GAT and GATv2 layers")
+    p.add_argument("--only", choices=["large", "small"],
+                   help="one size: the large graph, or batches of 64 molecule-like graphs")
     p.add_argument("--nodes", type=int, default=100_000)
     p.add_argument("--edges", type=int, default=1_000_000)
     p.add_argument("--in-channels", type=int, default=32)
@@ -201,30 +209,40 @@ def parse_args() -> argparse.Namespace:
                    help="with --measure / --profile: which kind of layer")
     p.add_argument("--measure", action="store_true", help="internal: measure one case")
     p.add_argument("--profile", action="store_true", help="profile one fwd+bwd of --case")
-    p.add_argument("--markdown", action="store_true", help="the table in Markdown")
-    p.add_argument("--out", help="also write the results as JSON to this file")
-    return p.parse_args()
+    p.add_argument("--small", action="store_true", help=argparse.SUPPRESS)  # internal
+    p.add_argument("--out", type=Path, help="the record (default results/layers.json)")
+    return p.parse_args(argv)
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.measure:
         print(json.dumps(measure(args)))
         return
     if args.profile:
         profile(args)
         return
-    size = (f"batches of {SMALL_GRAPHS} molecule-like graphs of {SMALL_SIZES[0]}-"
-            f"{SMALL_SIZES[1]} atoms, in {SMALL_IN}" if args.small else
-            f"{args.nodes} nodes, {args.edges} edges (+ self loops), in {args.in_channels}")
-    print(f"fwd+bwd: {size}, {args.heads} heads x {args.channels}, {args.threads} threads, "
-          f"torch {torch.__version__}, load average {load_average()}")
-    kinds = {kind: compare(args, kind) for kind in (KINDS if args.small else ["gat"])}
-    report(kinds, args.markdown)
-    print(f"load average at the end {load_average()}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"kinds": kinds, "config": vars(args)}, f, indent=2)
+    start = os.getloadavg()[0]
+    print(f"torch {torch.__version__}, {args.threads} threads, load average {load_average()}",
+          file=sys.stderr)
+    tables, raw = [], {}
+    for size in ("large", "small"):
+        if args.only not in (None, size):
+            continue
+        args.small = size == "small"
+        kinds = {kind: compare(args, kind) for kind in (KINDS if args.small else ["gat"])}
+        raw[size] = kinds
+        tables.append(size_table(kinds, args.small, args))
+    load = max(start, os.getloadavg()[0])
+    ratios = [f"{size} {KINDS[k]} {r['time_ratio']:.2f}x" for size, kinds in raw.items()
+              for k, r in kinds.items()]
+    text = ("setattn's GATConv / GATv2Conv (from_pyg copies, same weights) against PyG's, "
+            "forward + backward in interleaved rounds; PyG time / setattn time: "
+            + ", ".join(ratios) + ".")
+    if load > 1.5:
+        text += f" The machine was shared (load up to {load:.1f}): read the ratios."
+    finish(make_record("layers", "GAT layers: setattn against PyG", text, tables,
+                       args.threads, raw, load=load), args.out)
 
 
 if __name__ == "__main__":

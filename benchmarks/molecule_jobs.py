@@ -1,4 +1,22 @@
-"""Runs of the molecule benchmark: one tool on one (set, split kind, seed), saved as it ends.
+"""The molecule benchmark's runs: data sets, split files, the chemprop anchors, resumable runs.
+
+Sets are read from ``datasets/`` (provenance in ``datasets/README.md``); rows whose SMILES
+RDKit cannot parse are dropped (chemprop stops at the first such row; Tox21 has 8).
+Huuskonen's two SD files (train + test) are merged into one set: the canonical SMILES of
+each record and its ``SOL`` property.
+
+A split is a column of ``train`` / ``val`` / ``test`` labels made by
+``setattn.molprop.splits.random`` or ``.scaffold`` (80/10/10), and every tool reads the
+same CSV with that column (setattn ``--split column``, chemprop ``--splits-column``).
+With ``report="test"`` one CSV per set holds all rows and one column per (split kind,
+seed). With ``report="val"`` each (split kind, seed) has its own CSV that leaves the test
+part out and holds the validation rows twice, once labelled ``val`` and once ``test``:
+each tool's "test" predictions are then its predictions on the validation molecules.
+
+chemprop 2.3.1 is installed on first use into ``benchmarks/.venv-chemprop`` (``pip install
+torch==2.13.0 chemprop==2.3.1``) and run through its own command line, wrapped by
+``CHEMPROP_TIMED``, which times Lightning's ``Trainer.fit`` and counts the epochs and the
+trainable parameters.
 
 Every finished run is a record in ``<out>/results.json``, keyed by (data set, split kind,
 seed, reported part, tool, extra flags); a later call with the same settings skips it,
@@ -8,25 +26,267 @@ interrupted run is removed and the run started again.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import chemprop_anchor
-import molecule_sets
 import numpy as np
 import torch
-from molecule_sets import SETS, MoleculeTable
+from rdkit import Chem, rdBase
 
+from setattn.molprop import splits
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.metrics import evaluate
 
-__all__ = ["Job", "RunSettings", "load_results", "run_job", "run_name", "save_result",
-           "setattn_result", "split_data"]
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = (0.8, 0.1, 0.1)
+SPLIT_KINDS = ("random", "scaffold")
+CHEMPROP_VENV = Path(__file__).resolve().parent / ".venv-chemprop"
+
+TOX21_TASKS = ("NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
+               "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53")
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """One benchmark set: where it is, its targets, task and reported metric."""
+
+    file: str  # under datasets/ ("" for huuskonen, read from its two SD files)
+    targets: tuple[str, ...]
+    task: str  # "regression" or "classification"
+    metric: str  # "rmse" (lower is better) or "roc_auc" (higher is better)
+    label: str  # the metric as the table names it
+
+
+SETS: dict[str, DataSet] = {
+    "freesolv": DataSet("molecules/freesolv.csv", ("expt",), "regression", "rmse",
+                        "RMSE (kcal/mol)"),
+    "esol": DataSet("molecules/delaney-processed.csv",
+                    ("measured log solubility in mols per litre",), "regression", "rmse",
+                    "RMSE (log mol/L)"),
+    "tox21": DataSet("molecules/tox21.csv", TOX21_TASKS, "classification", "roc_auc",
+                     "mean ROC-AUC"),
+    "huuskonen": DataSet("", ("SOL",), "regression", "rmse", "RMSE (log mol/L)"),
+    "bace1": DataSet("molecules/bace1_chembl.csv", ("pIC50",), "regression", "rmse",
+                     "RMSE (pIC50)"),
+    "bace1_active": DataSet("molecules/bace1_chembl.csv", ("active",), "classification",
+                            "roc_auc", "ROC-AUC"),
+}
+
+
+@dataclass
+class MoleculeTable:
+    """Parsable rows of a set: SMILES and target cells (text, "" if missing)."""
+
+    smiles: list[str]
+    cells: list[list[str]]  # (M, T) as written in the source
+
+    def targets(self) -> np.ndarray:
+        """The (M, T) targets as floats, NaN where missing."""
+        return np.array([[float(c) if c != "" else np.nan for c in row] for row in self.cells],
+                        dtype=np.float64).reshape(len(self.cells), -1)
+
+
+def huuskonen(root: Path = ROOT / "datasets") -> MoleculeTable:
+    """Huuskonen's train and test SD files merged (train first): SMILES and ``SOL``."""
+    smiles, cells = [], []
+    for part in ("train", "test"):
+        path = root / "molecules" / f"solubility.{part}.sdf"
+        with rdBase.BlockLogs():
+            for mol in Chem.SDMolSupplier(str(path)):
+                if mol is None or not mol.HasProp("SOL"):
+                    continue
+                smiles.append(Chem.MolToSmiles(mol))
+                cells.append([mol.GetProp("SOL").strip()])
+    return MoleculeTable(smiles, cells)
+
+
+def load_set(name: str, root: Path = ROOT / "datasets") -> MoleculeTable:
+    """The rows of set ``name`` whose SMILES RDKit parses.
+
+    Raises:
+        KeyError: naming a set that is not in ``SETS``.
+        ValueError: naming the file if a target column is missing.
+    """
+    spec = SETS[name]
+    if not spec.file:
+        return huuskonen(root)
+    path = root / spec.file
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in ("smiles", *spec.targets) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: no column {missing[0]!r}")
+        rows = list(reader)
+    with rdBase.BlockLogs():
+        kept = [r for r in rows if r["smiles"] and Chem.MolFromSmiles(r["smiles"]) is not None]
+    return MoleculeTable([r["smiles"] for r in kept],
+                         [[r[t].strip() for t in spec.targets] for r in kept])
+
+
+def split_labels(kind: str, smiles: list[str], seed: int) -> list[str]:
+    """One of ``train`` / ``val`` / ``test`` per molecule, for split ``kind`` and ``seed``.
+
+    Raises:
+        ValueError: naming ``--splits`` for a kind other than random or scaffold.
+    """
+    if kind == "random":
+        parts = splits.random(len(smiles), SIZES, seed)
+    elif kind == "scaffold":
+        parts = splits.scaffold(smiles, SIZES, seed)
+    else:
+        raise ValueError(f"argument --splits: {kind!r} is not one of {list(SPLIT_KINDS)}")
+    labels = [""] * len(smiles)
+    for name, part in zip(splits.PARTS, parts):
+        for i in part:
+            labels[i] = name
+    return labels
+
+
+def column_name(kind: str, seed: int) -> str:
+    """The split column of (kind, seed), e.g. ``random10``."""
+    return f"{kind}{seed}"
+
+
+def val_table(table: MoleculeTable, labels: list[str]) -> tuple[MoleculeTable, list[str]]:
+    """The validation-report table of one split: its training and validation rows in
+    file order, then the validation rows again; and their labels (the copies ``test``).
+    The test rows are left out."""
+    keep = [i for i, label in enumerate(labels) if label in ("train", "val")]
+    again = [i for i, label in enumerate(labels) if label == "val"]
+    order = keep + again
+    new = MoleculeTable([table.smiles[i] for i in order], [table.cells[i] for i in order])
+    return new, [labels[i] for i in keep] + ["test"] * len(again)
+
+
+def write_csv(path: Path, table: MoleculeTable, targets: tuple[str, ...],
+              columns: dict[str, list[str]]) -> Path:
+    """Write ``smiles``, the target columns and the split ``columns`` (name -> labels)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["smiles", *targets, *columns])
+        for i, (smi, cells) in enumerate(zip(table.smiles, table.cells)):
+            writer.writerow([smi, *cells, *[labels[i] for labels in columns.values()]])
+    return path
+
+
+ANCHORS: dict[str, tuple[str, ...]] = {
+    # chemprop's defaults
+    "chemprop": (),
+    # chemprop with the normalised RDKit 2D descriptors of chemprop 1 (alias
+    # --features-generators), concatenated to the learned representation
+    "chemprop_rdkit": ("--molecule-featurizers", "v1_rdkit_2d_normalized"),
+    # chemprop at setattn's width: message passing and feed-forward hidden sizes 96
+    "chemprop_w96": ("--message-hidden-dim", "96", "--ffn-hidden-dim", "96"),
+}
+"""The chemprop variants: name -> the flags beyond chemprop's defaults."""
+
+# Runs chemprop's command line, timing Trainer.fit (training epochs with their validation)
+# and counting the epochs it ran and the trainable parameters of the model it fitted;
+# writes {"fit_seconds", "epochs", "parameters"} to $CHEMPROP_FIT_JSON.
+CHEMPROP_TIMED = """
+import json, os, sys, time
+import lightning.pytorch as pl
+from chemprop.cli.main import main
+
+_fit = pl.Trainer.fit
+
+def timed_fit(self, model, *args, **kwargs):
+    start = time.perf_counter()
+    out = _fit(self, model, *args, **kwargs)
+    seconds = time.perf_counter() - start
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    with open(os.environ["CHEMPROP_FIT_JSON"], "w") as f:
+        json.dump({"fit_seconds": seconds, "epochs": self.current_epoch,
+                   "parameters": params}, f)
+    return out
+
+pl.Trainer.fit = timed_fit
+sys.argv[0] = "chemprop"
+sys.exit(main())
+"""
+
+
+def ensure_chemprop(venv: Path = CHEMPROP_VENV) -> Path:
+    """The Python of chemprop's virtual environment, installing chemprop there if needed."""
+    python = venv / "bin" / "python"
+    if not (venv / "bin" / "chemprop").exists():
+        print(f"installing chemprop 2.3.1 into {venv} ...", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "install", "--quiet"]
+        subprocess.run([*pip, "torch==2.13.0", "chemprop==2.3.1"], check=True)
+    return python
+
+
+def timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
+    """Wall seconds of ``cmd`` run with ``threads`` CPU threads, its output in ``log``.
+
+    Raises:
+        RuntimeError: naming the log if the command fails.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               **env_extra)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(log, "w") as handle:
+        res = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    seconds = time.perf_counter() - start
+    if res.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {res.returncode}); see {log}")
+    return seconds
+
+
+def chemprop_command(python: Path, data: Path, column: str, targets: tuple[str, ...],
+                     task: str, run_dir: Path, seed: int, flags: list[str]) -> list[str]:
+    """chemprop's ``train`` on the split ``column`` of ``data``, through the timing
+    wrapper, with ``flags`` (the anchor's and the user's) beyond its defaults."""
+    return [str(python), "-c", CHEMPROP_TIMED, "train", "--data-path", str(data),
+            "--smiles-columns", "smiles", "--target-columns", *targets, "--task-type", task,
+            "--splits-column", column, "--output-dir", str(run_dir),
+            "--pytorch-seed", str(seed), "--data-seed", str(seed), *flags]
+
+
+def read_predictions(run_dir: Path, targets: tuple[str, ...]) -> tuple[list[str], np.ndarray]:
+    """The SMILES and (M, T) predictions of chemprop's ``test_predictions.csv``.
+
+    Raises:
+        FileNotFoundError: naming the run directory if chemprop wrote no predictions.
+    """
+    found = sorted(run_dir.glob("**/test_predictions.csv"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{run_dir}: expected one test_predictions.csv, found "
+                                f"{len(found)}")
+    with open(found[0], newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    preds = np.array([[float(r[t]) for t in targets] for r in rows], dtype=np.float64)
+    return [r["smiles"] for r in rows], preds.reshape(len(rows), len(targets))
+
+
+def run_chemprop(data: Path, column: str, targets: tuple[str, ...], task: str,
+                 run_dir: Path, seed: int, threads: int, flags: list[str]
+                 ) -> tuple[dict, list[str], np.ndarray]:
+    """Train one chemprop variant on one split; the run's costs and its test predictions.
+
+    Returns:
+        ``{"seconds", "fit_seconds", "epochs", "parameters"}``, then the SMILES and the
+        (M, T) predictions of the rows labelled ``test`` (in file order).
+    """
+    python = ensure_chemprop()
+    timing = run_dir.parent / f"{run_dir.name}_fit.json"
+    cmd = chemprop_command(python, data, column, targets, task, run_dir, seed, flags)
+    seconds = timed(cmd, run_dir.parent / f"{run_dir.name}.log", threads,
+                    CHEMPROP_FIT_JSON=str(timing))
+    fit = json.loads(timing.read_text())
+    smiles, preds = read_predictions(run_dir, targets)
+    return {"seconds": seconds, **fit}, smiles, preds
 
 
 @dataclass(frozen=True)
@@ -70,14 +330,14 @@ def split_data(dataset: str, table: MoleculeTable, kind: str, seed: int, setting
     ``report="test"`` that one CSV (written by the caller) serves all splits, with
     ``report="val"`` a CSV of the split's training and validation rows is written here.
     """
-    column = molecule_sets.column_name(kind, seed)
+    column = column_name(kind, seed)
     targets = SETS[dataset].targets
     if settings.report == "test":
         return Job(dataset, kind, seed, settings.out / dataset / "data.csv", column,
                    columns[column], table)
-    sub, labels = molecule_sets.val_table(table, columns[column])
+    sub, labels = val_table(table, columns[column])
     path = settings.out / dataset / f"val_{column}.csv"
-    molecule_sets.write_csv(path, sub, targets, {column: labels})
+    write_csv(path, sub, targets, {column: labels})
     return Job(dataset, kind, seed, path, column, labels, sub)
 
 
@@ -108,31 +368,6 @@ def save_result(out: Path, record: dict) -> None:
     """Add (or replace) one run's record in ``out/results.json``, atomically."""
     records = [r for r in load_results(out) if record_key(r) != record_key(record)]
     _write_results(out, [*records, record])
-
-
-def import_results(out: Path, files: list[Path]) -> int:
-    """Add to ``out/results.json`` the records of other results files (slices of one
-    benchmark run in separate folders) that it does not hold yet; returns how many.
-
-    Raises:
-        ValueError: a file is not a list of run records (names the file).
-    """
-    records = load_results(out)
-    have = {record_key(r) for r in records}
-    added = 0
-    for path in files:
-        try:
-            incoming = json.loads(Path(path).read_text())
-            keys = [record_key(r) for r in incoming]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"{path}: not a benchmark results file ({err})") from err
-        for record, key in zip(incoming, keys):
-            if key not in have:
-                records.append(record)
-                have.add(key)
-                added += 1
-    _write_results(out, records)
-    return added
 
 
 def _metric(job: Job, smiles: list[str], preds: np.ndarray, tool: str) -> float:
@@ -190,7 +425,7 @@ def _run_setattn(job: Job, run_dir: Path, settings: RunSettings) -> dict:
     # featurisation from scratch in every run, as chemprop does (no feature cache hit),
     # in as many processes as the tools' threads (setattn's default uses every core on
     # sets of 2,000 rows or more; one process when threads is 1)
-    seconds = chemprop_anchor.timed(cmd, run_dir.parent / f"{run_dir.name}.log",
+    seconds = timed(cmd, run_dir.parent / f"{run_dir.name}.log",
                                     settings.threads, SETATTN_CACHE_DIR="off",
                                     SETATTN_FEATURIZE_WORKERS=str(settings.threads))
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -203,8 +438,8 @@ def _run_setattn(job: Job, run_dir: Path, settings: RunSettings) -> dict:
 
 def _run_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> dict:
     spec = SETS[job.dataset]
-    flags = [*chemprop_anchor.ANCHORS[tool], *settings.chemprop_flags]
-    result, smiles, preds = chemprop_anchor.run_chemprop(
+    flags = [*ANCHORS[tool], *settings.chemprop_flags]
+    result, smiles, preds = run_chemprop(
         job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
         flags)
     return {**result, "metric": _metric(job, smiles, preds, tool)}
@@ -214,7 +449,7 @@ def tool_flags(tool: str, settings: RunSettings) -> str:
     """The flags a tool runs with beyond its defaults, as saved with its record."""
     if tool == "setattn":
         return " ".join(settings.setattn_flags)
-    return " ".join([*chemprop_anchor.ANCHORS[tool], *settings.chemprop_flags])
+    return " ".join([*ANCHORS[tool], *settings.chemprop_flags])
 
 
 def run_name(tool: str, settings: RunSettings) -> str:

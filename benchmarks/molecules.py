@@ -1,193 +1,355 @@
 """setattn vs chemprop 2.3.1 on six molecule sets, random and scaffold splits.
 
-Run:  .venv/bin/python benchmarks/molecules.py                       (the report: all
-          sets, random and scaffold splits, seeds 10-14, test part, both anchors)
-      .venv/bin/python benchmarks/molecules.py --report val --seeds 20 21 22
-          (for choices: the validation part of dev seeds; the test part is given to no tool)
-      .venv/bin/python benchmarks/molecules.py --print-only           (tables of saved runs)
-      .venv/bin/python benchmarks/molecules.py --print-only --out runs/all \
-          --import-results runs/a/results.json runs/b/results.json  (slices run apart)
+Run:  .venv/bin/python benchmarks/molecules.py --rounds 2      (the whole benchmark, hours:
+          all sets, both splits, seeds 10-14, test part, both anchors, then the cost
+          rounds; writes results/molecules.json)
+      .venv/bin/python benchmarks/molecules.py --report val --seeds 20 21 22 --out runs/dev
+          (for choices: the validation part of other seeds; the test part reaches no tool)
+      .venv/bin/python benchmarks/molecules.py --print-only --out runs/bench_molecules
+          (no training: the tables and the record of the runs saved in --out)
 
-Sets (``molecule_sets.SETS``, files in ``datasets/``): FreeSolv (RMSE), ESOL (RMSE), Tox21
-(mean ROC-AUC over 12 tasks), Huuskonen solubility (train and test SD files merged, RMSE),
-BACE1 from ChEMBL as ``bace1`` (pIC50, RMSE) and ``bace1_active`` (active, ROC-AUC). Rows
-whose SMILES RDKit cannot parse are dropped first.
+Sets (``molecule_jobs.SETS``): FreeSolv (RMSE), ESOL (RMSE), Tox21 (mean ROC-AUC over 12
+tasks), Huuskonen solubility (RMSE), BACE1 from ChEMBL as ``bace1`` (pIC50, RMSE) and
+``bace1_active`` (ROC-AUC). Each split (80/10/10, random or balanced Bemis-Murcko
+scaffold, the run's seed) is a column of a CSV that BOTH tools read, so both train,
+validate and test on identical molecules; the script checks each tool's part sizes and
+test rows against the column. Seeds 10-14 are the report's: no default is chosen on
+them (choices use ``--report val`` on other seeds). Both tools' test metrics are computed
+by ``setattn.molprop.metrics.evaluate``.
 
-Splits: 80/10/10 by ``setattn.molprop.splits.random`` or ``.scaffold`` (balanced Bemis-
-Murcko scaffold groups, like chemprop's ``scaffold_balanced``) with the run's seed,
-written as a column of a CSV that BOTH tools read (setattn ``--split column``, chemprop
-``--splits-column``), so both train, validate and test on identical molecules; the
-script checks each tool's part sizes and test rows against the column. Seeds 10-14 are
-the report's, and no choice of architecture, default or blend weight may look at them:
-choices are made with ``--report val`` on other seeds. There each split's CSV holds only
-its training and validation rows, the validation rows a second time labelled ``test``;
-every "test" number printed is then a validation number, and no tool sees a test
-molecule. (Both tools also pick their best epoch on that validation part.)
+Tools: setattn with its defaults; ``chemprop`` (its defaults) and ``chemprop_rdkit``
+(plus chemprop 1's normalised RDKit 2D descriptors); ``--setattn-flags`` /
+``--chemprop-flags`` add flags (saved with each run). Every tool runs with ``--threads``
+CPU threads (default 1), setattn with its feature cache off, one tool at a time.
 
-What each tool gets: its defaults, plus ``--setattn-flags`` / ``--chemprop-flags`` when
-given (recorded with each run). Anchors: ``chemprop`` (defaults) and ``chemprop_rdkit``
-(defaults plus ``--molecule-featurizers v1_rdkit_2d_normalized``, chemprop 1's
-normalised RDKit 2D descriptors); ``--matched-width`` adds ``chemprop_w96``
-(``--message-hidden-dim 96 --ffn-hidden-dim 96``, setattn's default width) on the first
-seed of each (set, split), for throughput at matched width. setattn runs with
-``--num-threads T`` and its feature cache off; both tools run one after the other with
-``OMP_NUM_THREADS=MKL_NUM_THREADS=T`` (``--threads``, default 1: on a shared 2-core
-machine two threads per process slowed both tools several-fold). chemprop is installed
-on first use (``chemprop_anchor``). Both tools' test metrics are computed by
-``setattn.molprop.metrics.evaluate`` (setattn's inside ``train``, chemprop's here from its
-``test_predictions.csv``).
+Cost, in turn (``--rounds R``): on the first seed's split of every (set, split), setattn's
+defaults, chemprop at setattn's width 96 (``chemprop_w96``) and chemprop's defaults run
+one after another, the order rotating each round, R rounds; each ratio is taken within a
+round and the median printed, so that both sides of a ratio meet the same machine load.
+Training throughput = training molecules x epochs / training seconds (setattn: its
+``train_seconds``; chemprop: Lightning's ``Trainer.fit``); s/run is the whole command.
 
-Timing: s/run is the wall time of the whole ``train`` command (start-up, featurisation,
-training, evaluation, writing). Training throughput is training molecules x epochs run /
-training seconds: for setattn ``train_seconds`` of ``metrics.json`` (its ``fit`` calls:
-set-up, steps, per-epoch validation, checkpoints, loading the best weights, plus the
-kernel ridge's fit), for chemprop the wall time of Lightning's ``Trainer.fit`` (timed by
-a wrapper around chemprop's own command line). Parameters: trainable parameters of the
-trained model(s); setattn's regression kernel ridge also keeps its training
-descriptors and dual weights (printed as "+N kernel ridge"), which no gradient trains.
-Uncertainty: the coverage and Spearman correlation of setattn's split-conformal 90 %
-intervals on the reported part, from ``metrics["uncertainty"]["test"]`` when a run has
-them (with ``--report val`` they are calibrated on the very part they are scored on, so
-the coverage there says nothing). The split seed also seeds each tool's initialisation
-and batch order (setattn ``--seed``, chemprop ``--pytorch-seed``).
+Intervals: coverage, Spearman correlation of |error| with the width, and mean width of
+setattn's split-conformal 90 % intervals on the test part (regression sets).
 
-After the tables, a test report prints issue #15's acceptance lines checked on the rows
-whose three tools have run on every seed (``molecule_acceptance``); with ``--in-turn``
-the cost lines are also judged on ``matched_width.py``'s rounds of the tools in turn.
-
-Each finished run is saved at once in ``<--out>/results.json``; a rerun skips runs saved
-with the same settings, so an interrupted benchmark resumes (``molecule_jobs``).
+Each finished run is saved at once in ``<--out>/results.json`` (rounds in
+``<--out>/round<r>/``); a rerun skips saved runs, so an interrupted benchmark resumes.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import molecule_sets  # noqa: E402
-from molecule_acceptance import acceptance_table, latest_rounds  # noqa: E402
 from molecule_jobs import (  # noqa: E402
+    SETS,
+    SPLIT_KINDS,
     RunSettings,
-    import_results,
+    column_name,
     load_results,
+    load_set,
     record_key,
     run_job,
     split_data,
+    split_labels,
     tool_flags,
+    write_csv,
 )
-from molecule_sets import SETS, SPLIT_KINDS  # noqa: E402
-from molecule_tables import print_tables  # noqa: E402
-from util import load_average  # noqa: E402
+from record import finish, load_average, make_record, markdown_table, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT_SEEDS = (10, 11, 12, 13, 14)
+ANCHORS = ("chemprop", "chemprop_rdkit")
+ROUND_TOOLS = ("setattn", "chemprop_w96", "chemprop")
+NAMES = {"setattn": "setattn", "chemprop": "chemprop 2.3.1",
+         "chemprop_rdkit": "chemprop + rdkit_2d", "chemprop_w96": "chemprop width 96"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=list(SETS), choices=list(SETS))
-    parser.add_argument("--splits", nargs="+", default=list(SPLIT_KINDS), choices=SPLIT_KINDS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(REPORT_SEEDS),
-                        help="split seeds (default: the report's, 10-14)")
-    parser.add_argument("--report", choices=("test", "val"), default="test",
-                        help="the part whose metric is printed (val: the test part is "
-                        "left out of every CSV)")
-    parser.add_argument("--anchors", nargs="*", default=["chemprop", "chemprop_rdkit"],
-                        choices=["chemprop", "chemprop_rdkit"])
-    parser.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
-    parser.add_argument("--matched-width", action="store_true",
-                        help="also run chemprop at width 96 on each set and split's first "
-                        "seed, for throughput at matched width")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
-    parser.add_argument("--print-only", action="store_true",
-                        help="train nothing: print the tables of the runs saved in --out "
-                        "that match the other arguments")
-    parser.add_argument("--setattn-flags", default="", metavar="FLAGS",
-                        help="extra flags of setattn's train, one string (e.g. "
-                        "\"--epochs 3\")")
-    parser.add_argument("--chemprop-flags", default="", metavar="FLAGS",
-                        help="extra flags of every chemprop run, one string (e.g. "
-                        "\"--epochs 3\")")
-    parser.add_argument("--import-results", nargs="+", type=Path, default=[], metavar="FILE",
-                        help="first add the records of these results files (slices of "
-                        "the benchmark run in other --out folders) to --out's")
-    parser.add_argument("--in-turn", nargs="+", type=Path, default=[], metavar="FILE",
-                        help="records of benchmarks/matched_width.py --save (tools timed in "
-                        "turn): the acceptance's cost lines are also judged on them; a "
-                        "(set, split) in several files takes its rounds from the last one")
-    args = parser.parse_args(argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", default=list(SETS), choices=list(SETS))
+    p.add_argument("--splits", nargs="+", default=list(SPLIT_KINDS), choices=SPLIT_KINDS)
+    p.add_argument("--seeds", nargs="+", type=int, default=list(REPORT_SEEDS),
+                   help="split seeds (default: the report's, 10-14)")
+    p.add_argument("--report", choices=("test", "val"), default="test",
+                   help="the part whose metric is printed (val: no tool sees the test part)")
+    p.add_argument("--anchors", nargs="*", default=list(ANCHORS), choices=list(ANCHORS))
+    p.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="cost rounds of the three tools in turn on the first seed's split")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules",
+                   help="where the runs are saved")
+    p.add_argument("--record", type=Path, help="the record (default results/molecules.json; "
+                   "only written for the test part)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
+    p.add_argument("--print-only", action="store_true",
+                   help="train nothing: tables and record of the runs saved in --out")
+    p.add_argument("--setattn-flags", default="", metavar="FLAGS",
+                   help="extra flags of setattn's train, one string (e.g. \"--epochs 3\")")
+    p.add_argument("--chemprop-flags", default="", metavar="FLAGS",
+                   help="extra flags of every chemprop run, one string")
+    args = p.parse_args(argv)
     if args.skip_chemprop:
         args.anchors = []
     return args
 
 
-def _tools(args: argparse.Namespace, seed: int) -> list[str]:
-    """The tools of one split: setattn, the anchors, and chemprop_w96 on the first seed."""
-    width = ["chemprop_w96"] if args.matched_width and seed == args.seeds[0] else []
-    return ["setattn", *args.anchors, *width]
+def settings_of(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(args.out, args.report, args.threads,
+                       tuple(shlex.split(args.setattn_flags)),
+                       tuple(shlex.split(args.chemprop_flags)))
 
 
 def wanted(records: list[dict], args: argparse.Namespace, settings: RunSettings) -> list[dict]:
     """The saved records this call asks for, in the order of its sets, splits and seeds."""
     keys = {(name, kind, seed, args.report, tool, tool_flags(tool, settings))
             for name in args.datasets for kind in args.splits for seed in args.seeds
-            for tool in _tools(args, seed)}
+            for tool in ("setattn", *args.anchors)}
     chosen = [r for r in records if record_key(r) in keys]
     order = {name: i for i, name in enumerate(args.datasets)}
     return sorted(chosen, key=lambda r: (order[r["dataset"]], args.splits.index(r["split"]),
                                          r["seed"]))
 
 
-def run_set(name: str, args: argparse.Namespace, settings: RunSettings,
-            done: set[tuple]) -> None:
+def _columns(name: str, kinds: list[str], seeds: list[int]) -> tuple:
+    table_ = load_set(name)
+    return table_, {column_name(kind, seed): split_labels(kind, table_.smiles, seed)
+                    for kind in kinds for seed in seeds}
+
+
+def run_set(name: str, args: argparse.Namespace, settings: RunSettings, done: set) -> None:
     """All runs of one data set that are not saved yet, printing a line after each."""
     spec = SETS[name]
-    table = molecule_sets.load_set(name)
-    columns = {molecule_sets.column_name(kind, seed):
-               molecule_sets.split_labels(kind, table.smiles, seed)
-               for kind in args.splits for seed in args.seeds}
+    data, columns = _columns(name, args.splits, args.seeds)
     if args.report == "test":
-        molecule_sets.write_csv(args.out / name / "data.csv", table, spec.targets, columns)
+        write_csv(args.out / name / "data.csv", data, spec.targets, columns)
     for kind in args.splits:
         for seed in args.seeds:
-            job = split_data(name, table, kind, seed, settings, columns)
-            for tool in _tools(args, seed):
+            job = split_data(name, data, kind, seed, settings, columns)
+            for tool in ("setattn", *args.anchors):
                 record = run_job(job, tool, settings, done)
                 if record is not None:
                     r = record["result"]
                     print(f"{name} {kind} seed {seed} {tool}: {spec.metric} {r['metric']:.3f} "
                           f"({args.report} part), {r['seconds']:.0f} s, "
-                          f"{r['mol_per_s']:.0f} train mol/s, {r['parameters']:,} parameters",
-                          file=sys.stderr, flush=True)
+                          f"{r['mol_per_s']:.0f} train mol/s", file=sys.stderr, flush=True)
+
+
+def _order(round_index: int, tools: tuple[str, ...] = ROUND_TOOLS) -> tuple[str, ...]:
+    """The tools rotated by the round: each goes first in every len(tools)-th round."""
+    shift = round_index % len(tools)
+    return tools[shift:] + tools[:shift]
+
+
+def run_rounds(name: str, kind: str, seed: int, args: argparse.Namespace) -> None:
+    """The three tools in turn on split (kind, seed) of ``name``, ``args.rounds`` times,
+    each round saved in ``<out>/round<r>/results.json``."""
+    spec = SETS[name]
+    data, columns = _columns(name, [kind], [seed])
+    for r in range(args.rounds):
+        settings = RunSettings(args.out / f"round{r}", "test", args.threads)
+        write_csv(settings.out / name / "data.csv", data, spec.targets, columns)
+        job = split_data(name, data, kind, seed, settings, columns)
+        done = {record_key(rec) for rec in load_results(settings.out)}
+        for tool in _order(r):
+            record = run_job(job, tool, settings, done)
+            if record is not None:
+                print(f"round {r} {name} {kind} seed {seed} {tool}: "
+                      f"{record['result']['mol_per_s']:.0f} train mol/s "
+                      f"(load average {load_average()})", file=sys.stderr, flush=True)
+
+
+def load_rounds(out: Path) -> dict[tuple[str, str, int], list[dict[str, dict]]]:
+    """Saved rounds by (set, split, seed): per round, each tool's record; rounds missing
+    one of the three tools are left out."""
+    groups: dict[tuple[str, str, int], list[dict[str, dict]]] = {}
+    for folder in sorted(out.glob("round*"), key=lambda p: int(p.name[5:] or 0)):
+        per: dict[tuple[str, str, int], dict[str, dict]] = {}
+        for rec in load_results(folder):
+            if rec["tool"] in ROUND_TOOLS and not rec["flags"]:
+                per.setdefault((rec["dataset"], rec["split"], rec["seed"]), {})[
+                    rec["tool"]] = rec
+        for key, tools in per.items():
+            if all(t in tools for t in ROUND_TOOLS):
+                groups.setdefault(key, []).append(tools)
+    return groups
+
+
+# --------------------------------------------------------------------------------------
+# tables
+
+
+def _groups(records: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]:
+    """Records by (data set, split kind), then by tool, each tool's runs by seed."""
+    groups: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for r in records:
+        groups.setdefault((r["dataset"], r["split"]), {}).setdefault(r["tool"], []).append(r)
+    for tools in groups.values():
+        for runs in tools.values():
+            runs.sort(key=lambda r: r["seed"])
+    return groups
+
+
+def _mean(runs: list[dict], key: str) -> float | None:
+    values = [r["result"][key] for r in runs if r["result"].get(key) is not None]
+    return statistics.mean(values) if values and len(values) == len(runs) else None
+
+
+def mean_std(runs: list[dict], key: str = "metric") -> str:
+    """``mean +- sample std`` over the runs (one run: its value; "-" if any lacks it)."""
+    values = [r["result"][key] for r in runs if r["result"].get(key) is not None]
+    if not runs or len(values) != len(runs):
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def _better(a: float, b: float, metric: str) -> bool:
+    return a < b if metric == "rmse" else a > b
+
+
+def seed_wins(tools: dict[str, list[dict]], anchors: list[str], metric: str) -> str:
+    """On how many seeds setattn beats every anchor run on that seed."""
+    ours = {r["seed"]: r["result"]["metric"] for r in tools.get("setattn", [])}
+    theirs = [{r["seed"]: r["result"]["metric"] for r in tools[a]} for a in anchors]
+    seeds = [s for s in ours if all(s in t for t in theirs)]
+    if not seeds or not anchors:
+        return "-"
+    wins = sum(all(_better(ours[s], t[s], metric) for t in theirs) for s in seeds)
+    return f"{wins}/{len(seeds)}"
+
+
+def quality_table(records: list[dict], part: str) -> dict:
+    """Per (set, split): each tool's mean +- std over seeds, the best mean, seed wins."""
+    rows = []
+    for (name, kind), tools in _groups(records).items():
+        metric = SETS[name].metric
+        anchors = [a for a in ANCHORS if tools.get(a)]
+        means = {t: _mean(tools.get(t, []), "metric") for t in ("setattn", *anchors)}
+        known = {t: m for t, m in means.items() if m is not None}
+        best = (min if metric == "rmse" else max)(known, key=known.get) if known else None
+        ours = tools.get("setattn", [])
+        rows.append([name, kind, SETS[name].label, " ".join(str(r["seed"]) for r in ours) or "-",
+                     mean_std(ours), mean_std(ours, "network"), mean_std(ours, "kernel"),
+                     *[mean_std(tools.get(a, [])) for a in ANCHORS],
+                     NAMES[best] if best else "-", seed_wins(tools, anchors, metric)])
+    return table(f"quality on the {part} part, mean +- std over seeds",
+                 ["data set", "split", "metric", "seeds", "setattn", "network alone",
+                  "kernel ridge alone", NAMES["chemprop"], NAMES["chemprop_rdkit"], "best mean",
+                  "setattn wins (seeds)"], rows,
+                 "RMSE: lower is better; ROC-AUC: higher. network alone / kernel ridge alone: "
+                 "the two parts of setattn's blended prediction scored apart. setattn wins: "
+                 "seeds on which setattn beats both anchors.")
+
+
+def _ratio_cells(ratios: list[float]) -> list[str]:
+    """The median of per-round ratios, and their range."""
+    return [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"]
+
+
+def round_row(name: str, kind: str, seed: int, rounds: list[dict[str, dict]]) -> list[str]:
+    """One cost row: medians of the tools' numbers and of the per-round ratios."""
+    def values(tool: str, key: str) -> list[float]:
+        return [r[tool]["result"][key] for r in rounds]
+
+    ours, theirs = values("setattn", "mol_per_s"), values("chemprop_w96", "mol_per_s")
+    ours_s, default_s = values("setattn", "seconds"), values("chemprop", "seconds")
+    params = rounds[0]["setattn"]["result"]["parameters"]
+    return [name, kind, str(seed), str(len(rounds)), f"{params:,}",
+            f"{statistics.median(ours):.0f}", f"{statistics.median(theirs):.0f}",
+            *_ratio_cells([a / b for a, b in zip(ours, theirs)]),
+            f"{statistics.median(ours_s):.0f}", f"{statistics.median(default_s):.0f}",
+            *_ratio_cells([b / a for a, b in zip(ours_s, default_s)])]
+
+
+def cost_table(rounds: dict[tuple[str, str, int], list[dict[str, dict]]]) -> dict:
+    """The in-turn cost table, in the order of SETS and SPLIT_KINDS."""
+    order = {(n, k): i for i, (n, k) in enumerate((n, k) for n in SETS for k in SPLIT_KINDS)}
+    rows = [round_row(*key, found) for key, found in
+            sorted(rounds.items(), key=lambda kv: (order[kv[0][:2]], kv[0][2]))]
+    return table("cost, the tools in turn: setattn's defaults against chemprop at width 96 "
+                 "(throughput) and chemprop's defaults (wall time)",
+                 ["data set", "split", "seed", "rounds", "setattn params",
+                  "setattn train mol/s", "chemprop width 96 train mol/s", "throughput ratio",
+                  "its range", "setattn s/run", "chemprop s/run", "chemprop s / setattn s",
+                  "its range"], rows,
+                 "Ratios: median over rounds of the ratio within each round. setattn params: "
+                 "trainable parameters of its ensemble (the kernel ridge's stored "
+                 "descriptors and coefficients are not counted).")
+
+
+def interval_table(records: list[dict]) -> dict:
+    """Coverage, Spearman and width of setattn's 90 % intervals (rows that have them)."""
+    rows = []
+    for (name, kind), tools in _groups(records).items():
+        ours = tools.get("setattn", [])
+        coverage = _mean(ours, "coverage")
+        if coverage is None:
+            continue
+        rows.append([name, kind, f"{100 * coverage:.1f} %",
+                     f"{_mean(ours, 'spearman'):.3f}", f"{_mean(ours, 'mean_width'):.3f}"])
+    return table("setattn's 90 % prediction intervals on the test part, means over seeds",
+                 ["data set", "split", "coverage", "Spearman |error| vs width", "mean width"],
+                 rows, "Split-conformal intervals calibrated on the validation part; an exactly "
+                 "calibrated interval covers 90 % on average, with the spread of a test part "
+                 "of this size.")
+
+
+def summary(quality: dict, cost: dict) -> str:
+    """The record's summary: rows won and the in-turn cost ratios."""
+    rows = quality["rows"]
+    won = sum(r[9] == "setattn" for r in rows)
+    text = (f"setattn's defaults against chemprop 2.3.1 (its defaults, and with RDKit 2D "
+            f"descriptors) on {len({r[0] for r in rows})} molecule sets, random and scaffold "
+            f"splits: setattn has the best mean test metric on {won} of {len(rows)} rows.")
+    if cost["rows"]:
+        speed = [float(r[7].rstrip("x")) for r in cost["rows"]]
+        wall = [float(r[11].rstrip("x")) for r in cost["rows"]]
+        text += (f" Run in turn, its training throughput is {min(speed):.2f}x to "
+                 f"{max(speed):.2f}x chemprop's at the same width, and chemprop's default "
+                 f"run takes {min(wall):.2f}x to {max(wall):.2f}x setattn's wall time.")
+    return text
+
+
+def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) -> dict:
+    """The molecules record of the saved runs (test part) and cost rounds."""
+    quality, cost = quality_table(records, args.report), cost_table(rounds)
+    tables = [quality, interval_table(records)] + ([cost] if cost["rows"] else [])
+    raw = {"runs": records,
+           "rounds": [{"round": i, **rec} for found in rounds.values()
+                      for i, tools in enumerate(found) for rec in tools.values()]}
+    return make_record("molecules", "Molecules: setattn against chemprop 2.3.1",
+                       summary(quality, cost), tables, args.threads, raw)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    settings = RunSettings(args.out, args.report, args.threads,
-                           tuple(shlex.split(args.setattn_flags)),
-                           tuple(shlex.split(args.chemprop_flags)))
-    flags = {t: tool_flags(t, settings) for t in ("setattn", *args.anchors)}
-    if args.import_results:
-        added = import_results(args.out, args.import_results)
-        print(f"{added} records imported into {args.out / 'results.json'}", file=sys.stderr)
+    settings = settings_of(args)
     if not args.print_only:
         print(f"load average {load_average()}", file=sys.stderr)
         done = {record_key(r) for r in load_results(args.out)}
         for name in args.datasets:
             run_set(name, args, settings, done)
-        print(f"load average {load_average()}", file=sys.stderr)
+        for name in args.datasets:
+            for kind in args.splits:
+                if args.rounds > 0:
+                    run_rounds(name, kind, args.seeds[0], args)
     records = wanted(load_results(args.out), args, settings)
-    print_tables(records, args.report, flags)
+    flags = "; ".join(f"{NAMES[t]}: {tool_flags(t, settings) or 'none'}"
+                      for t in ("setattn", *args.anchors))
+    print(f"metrics on the {args.report.upper()} part; flags beyond the defaults: {flags}",
+          file=sys.stderr)
+    record = build_record(records, load_rounds(args.out), args)
     if args.report == "test":
-        rounds = (latest_rounds([json.loads(f.read_text()) for f in args.in_turn])
-                  if args.in_turn else None)
-        print("\nacceptance of issue #15\n\n" + "\n".join(acceptance_table(records, rounds)))
+        finish(record, args.record)
+    else:  # choices on validation parts are no result: printed, not recorded
+        print(markdown_table(record["tables"][0]))
 
 
 if __name__ == "__main__":

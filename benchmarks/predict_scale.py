@@ -1,7 +1,8 @@
 """Large-scale ``setattn predict``: throughput and peak memory against the input size.
 
 Run:  .venv/bin/python benchmarks/predict_scale.py [--n 1000000] [--anchor 100000]
-          [--workers 1 2] [--model RUN_DIR] [--workdir DIR]
+          [--workers 1 2] [--model RUN_DIR] [--workdir DIR] [--out RECORD]
+      (writes results/predict_scale.json)
 
 Builds a CSV of N SMILES by cycling through the bundled sets (FreeSolv, ESOL, Tox21:
 9601 SMILES, 8 of them unparsable, so the error path is exercised too) and runs
@@ -11,7 +12,7 @@ Builds a CSV of N SMILES by cycling through the bundled sets (FreeSolv, ESOL, To
   full row      N molecules with the largest --workers value
 
 Memory is polled every 0.25 s over the predict process and its worker processes
-(``util.watch_tree``): the parent's peak RSS, the largest worker's peak RSS, their sum
+(:func:`watch_tree`): the parent's peak RSS, the largest worker's peak RSS, their sum
 (an upper bound: forked workers share the parent's pages, counted again in each RSS)
 and the peak total PSS (shared pages split among sharers). Bounded streaming shows
 as a memory ratio near 1 between N and the anchor with the same workers; the target
@@ -38,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from util import print_table, watch_tree  # noqa: E402
+from record import finish, make_record, table  # noqa: E402
 
 from setattn.datasets import DATASETS_DIR  # noqa: E402
 
@@ -94,6 +95,64 @@ def train_model(out: Path) -> Path:
     return out
 
 
+def _proc_kb(pid: int, path: str, field: str) -> int:
+    """A ``field:  N kB`` line of /proc/PID/PATH in kB (0 if the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/{path}") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    """PIDs of ``root``'s living descendants, from the parent PIDs in /proc/*/stat."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    # the command name may hold spaces: the fields after ")" are safe
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, p in parents.items() if p == pid]
+        found += children
+        frontier += children
+    return found
+
+
+def watch_tree(proc: subprocess.Popen, interval: float = 0.25) -> dict:
+    """Wait for ``proc``, polling the memory of it and its descendants.
+
+    Returns:
+        MB figures: ``parent_peak`` (VmHWM, the kernel's exact peak RSS of ``proc``),
+        ``child_peak`` (the largest VmHWM of a descendant), ``rss_sum`` (the sum of all
+        those peaks: an upper bound, as forked workers share their parent's pages and
+        RSS counts shared pages in every process), and ``pss_peak`` (the largest total
+        proportional set size seen in one poll: shared pages divided among their
+        sharers, the tree's actual footprint), plus ``children`` seen.
+    """
+    hwm: dict[int, int] = {}
+    pss_peak = 0
+    while proc.poll() is None:
+        pids = [proc.pid, *_descendants(proc.pid)]
+        for pid in pids:
+            hwm[pid] = max(hwm.get(pid, 0), _proc_kb(pid, "status", "VmHWM"))
+        pss_peak = max(pss_peak, sum(_proc_kb(pid, "smaps_rollup", "Pss") for pid in pids))
+        time.sleep(interval)
+    children = [v for pid, v in hwm.items() if pid != proc.pid]
+    return {"parent_peak": hwm.get(proc.pid, 0) / 1024,
+            "child_peak": max(children, default=0) / 1024,
+            "rss_sum": sum(hwm.values()) / 1024, "pss_peak": pss_peak / 1024,
+            "children": len(children)}
+
+
 def run_case(model: Path, data: Path, output: Path, workers: int) -> dict:
     cmd = [sys.executable, "-m", "setattn.cli", "predict", "--model", str(model),
            "--data", str(data), "--output", str(output), "--workers", str(workers)]
@@ -107,7 +166,38 @@ def run_case(model: Path, data: Path, output: Path, workers: int) -> dict:
     return {"seconds": seconds, "rows": rows, **memory}
 
 
-def main() -> None:
+def scale_table(results: dict, args: argparse.Namespace) -> dict:
+    """One row per (N, workers), speed against the anchor of 1 worker."""
+    base = results[args.anchor, args.workers[0]]
+    rows = []
+    for (n, w), r in results.items():
+        anchor = results[args.anchor, w]
+        rows.append([f"{n:,}", str(w), f"{r['rows']:,}", f"{r['seconds']:.1f}",
+                     f"{n / r['seconds']:,.0f}",
+                     f"{(n / r['seconds']) / (args.anchor / base['seconds']):.2f}x",
+                     f"{r['parent_peak']:.0f}", f"{r['child_peak']:.0f}", f"{r['rss_sum']:.0f}",
+                     f"{r['pss_peak']:.0f}", f"{r['pss_peak'] / anchor['pss_peak']:.2f}x"])
+    model = args.model or "trained here: FreeSolv, 1 epoch, --descriptors none"
+    return table("setattn predict on N SMILES cycled from the bundled sets",
+                 ["N", "workers", "rows out", "seconds", "mol/s",
+                  f"speed vs {args.workers[0]}-worker anchor", "parent RSS MB",
+                  "worker RSS MB", "RSS sum MB", "peak PSS MB", "PSS vs anchor"], rows,
+                 f"model: {model}. Memory polled every 0.25 s over the process tree; RSS sum "
+                 "counts shared pages in every process (an upper bound), PSS splits them.")
+
+
+def summary(results: dict, args: argparse.Namespace) -> str:
+    """The record's summary: the full run's speed and whether memory stayed bounded."""
+    full = results[args.n, max(args.workers)]
+    worst = max(max(r["pss_peak"], r["parent_peak"]) for r in results.values())
+    return (f"setattn predict streamed {args.n:,} molecules at {args.n / full['seconds']:,.0f} "
+            f"mol/s with {max(args.workers)} worker(s); the largest peak (PSS or parent RSS) "
+            f"of any run was {worst:.0f} MB against {args.anchor:,} molecules' "
+            f"{results[args.anchor, max(args.workers)]['pss_peak']:.0f} MB (target <= 1024 MB:"
+            f" {'met' if worst <= 1024 else 'not met'}).")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="molecules in the full run")
     parser.add_argument("--anchor", type=int, default=100_000,
@@ -116,7 +206,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="run directory (default: train one)")
     parser.add_argument("--workdir", type=Path, help="where the CSV files go (default: a "
                         "temporary folder, removed at the end)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="the record (default "
+                        "results/predict_scale.json)")
+    args = parser.parse_args(argv)
+    start = os.getloadavg()[0]
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
@@ -133,23 +226,10 @@ def main() -> None:
             print(f"done: {n} molecules, {w} worker(s): {r['seconds']:.1f} s, "
                   f"peak PSS {r['pss_peak']:.0f} MB", file=sys.stderr)
 
-    base = results[args.anchor, args.workers[0]]
-    rows = []
-    for (n, w), r in results.items():
-        anchor = results[args.anchor, w]
-        rows.append([n, w, r["rows"], r["seconds"], round(n / r["seconds"]),
-                     (n / r["seconds"]) / (args.anchor / base["seconds"]),
-                     round(r["parent_peak"]), round(r["child_peak"]), round(r["rss_sum"]),
-                     round(r["pss_peak"]), r["pss_peak"] / anchor["pss_peak"]])
-    trained = "trained here: FreeSolv, 1 epoch, --descriptors none"
-    print(f"setattn predict on N SMILES cycled from the bundled sets; model: "
-          f"{args.model or trained}")
-    print_table(["N", "workers", "rows out", "seconds", "mol/s",
-                 f"speed vs {args.workers[0]}w anchor", "parent RSS MB", "worker RSS MB",
-                 "RSS sum MB", "peak PSS MB", "PSS vs anchor"], rows)
-    worst = max(max(r["pss_peak"], r["parent_peak"]) for r in results.values())
-    print(f"target peak memory <= 1024 MB: largest peak PSS or parent RSS {worst:.0f} MB "
-          f"({'met' if worst <= 1024 else 'NOT met'})")
+    load = max(start, os.getloadavg()[0])
+    finish(make_record("predict_scale", "Large-scale predict: throughput and memory",
+                       summary(results, args), [scale_table(results, args)], 1,
+                       {f"{n}x{w}": r for (n, w), r in results.items()}, load=load), args.out)
 
 
 if __name__ == "__main__":

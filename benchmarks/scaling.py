@@ -1,7 +1,7 @@
 """Scaling curves: attention time and memory against set size for three topologies.
 
 Run:  .venv/bin/python benchmarks/scaling.py --threads 1
-      (writes benchmarks/results/scaling.png and prints the table)
+      (prints the table, writes benchmarks/results/scaling.json and scaling.png)
 
 One set of N items, 4 heads x 16, q = k = v leaves, ``setattn.attend`` forward +
 backward (loss = sum of the output), for
@@ -11,7 +11,7 @@ backward (loss = sum of the output), for
   sparse    a random graph with 16 incoming edges per item: 16 N edges, CSR kernels.
 
 Time is the median of several passes after a warm-up pass; memory is the peak RSS growth
-of one pass in a fresh subprocess (see benchmarks/util.py). The plot puts both on log-log
+of one pass in a fresh subprocess (see benchmarks/record.py). The plot puts both on log-log
 axes with N and N^2 guide lines: complete attention's time grows as N^2 and the other two
 linearly; the memory of all three grows linearly, because the dense path never holds the
 (N, N) matrix (SDPA's CPU kernel works in tiles) and the sparse path keeps only the
@@ -22,13 +22,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from util import load_average, peak_mb_here, peak_mb_subprocess, print_table, time_it  # noqa: E402
+from record import (  # noqa: E402
+    RESULTS,
+    finish,
+    load_average,
+    make_record,
+    peak_mb_here,
+    subprocess_json,
+    table,
+    time_it,
+)
 
 import setattn  # noqa: E402
 
@@ -37,7 +47,7 @@ RADIUS = 8
 DEGREE = 16
 SIZES = [256, 512, 1024, 2048, 4096, 8192, 16384]
 TOPOLOGIES = ("complete", "window", "sparse")
-OUT = Path(__file__).resolve().parent / "results" / "scaling.png"
+PICTURE = RESULTS / "scaling.png"
 
 
 def num_edges(kind: str, n: int) -> int:
@@ -104,40 +114,78 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def measure(args: argparse.Namespace) -> list[dict]:
+    """Time and memory of every (size, topology)."""
+    rows = []
+    for n in args.sizes:
+        for kind in TOPOLOGIES:
+            case = f"{kind}:{n}"
+            seconds = time_it(build(case), repeats=args.repeats, warmup=1)
+            mb = float("nan") if args.no_memory else float(subprocess_json(
+                __file__, case, ["--threads", str(args.threads)])["peak_mb"])
+            rows.append({"kind": kind, "n": n, "edges": num_edges(kind, n),
+                         "ms": seconds * 1e3, "mb": mb})
+            print(f"  {case}: {seconds * 1e3:.1f} ms, {mb:.1f} MB", file=sys.stderr, flush=True)
+    return rows
+
+
+def scaling_table(rows: list[dict]) -> dict:
+    """One row per N: time and memory of each topology."""
+    cells = {(r["kind"], r["n"]): r for r in rows}
+    out = []
+    for n in sorted({r["n"] for r in rows}):
+        line = [f"{n:,}"]
+        for kind in TOPOLOGIES:
+            r = cells[kind, n]
+            line += [f"{r['ms']:.1f}", f"{r['mb']:.1f}"]
+        out.append(line)
+    columns = ["N"] + [f"{kind} {unit}" for kind in TOPOLOGIES for unit in ("ms", "MB")]
+    return table(f"attend forward + backward on one set of N items, {HEADS} heads x "
+                 f"{HEAD_DIM}", columns, out,
+                 f"complete: N^2 edges; window: radius {RADIUS}, N (2r + 1) edges; sparse: "
+                 f"{DEGREE} random incoming edges per item. ms: median of passes after a "
+                 "warm-up; MB: peak RSS growth of one pass in a fresh process. Picture: "
+                 "scaling.png.")
+
+
+def growth(rows: list[dict], kind: str, key: str) -> float:
+    """How much ``key`` grows from the smallest to the largest N, per doubling of N."""
+    pts = sorted((r["n"], r[key]) for r in rows if r["kind"] == kind)
+    (n0, a), (n1, b) = pts[0], pts[-1]
+    doublings = max(len(bin(n1 // n0)) - 3, 1)
+    return (b / a) ** (1 / doublings) if a > 0 else float("nan")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memory", metavar="CASE", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory runs")
-    parser.add_argument("--out", type=Path, default=OUT, help="the PNG to write")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="the record (default results/scaling.json)")
+    parser.add_argument("--picture", type=Path, default=PICTURE, help="the PNG to write")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.memory:
         fn = build(args.memory)
         fn()  # warm-up: kernels and the topology's cached layouts
         print(json.dumps({"peak_mb": peak_mb_here(fn)}))
         return
-
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load average "
-          f"{load_average()}")
-    rows = []
-    for n in args.sizes:
-        for kind in TOPOLOGIES:
-            case = f"{kind}:{n}"
-            seconds = time_it(build(case), repeats=args.repeats, warmup=1)
-            mb = float("nan") if args.no_memory else peak_mb_subprocess(
-                __file__, case, ["--threads", str(args.threads)])
-            rows.append({"kind": kind, "n": n, "edges": num_edges(kind, n),
-                         "ms": seconds * 1e3, "mb": mb})
-            print(f"  {case}: {seconds * 1e3:.1f} ms, {mb:.1f} MB", file=sys.stderr, flush=True)
-    print_table(["topology", "N", "edges", "fwd+bwd ms", "ns per edge", "peak MB"],
-                [[r["kind"], r["n"], f"{r['edges']:,}", f"{r['ms']:.1f}",
-                  f"{r['ms'] * 1e6 / r['edges']:.1f}", f"{r['mb']:.1f}"] for r in rows])
-    plot(rows, args.out)
-    print(f"plot: {args.out}; load average now "
-          f"{load_average()}")
+    start = os.getloadavg()[0]
+    print(f"torch {torch.__version__}, {args.threads} thread(s), load average "
+          f"{load_average()}", file=sys.stderr)
+    rows = measure(args)
+    plot(rows, args.picture)
+    load = max(start, os.getloadavg()[0])
+    text = ("Time and memory of setattn.attend against set size for three topologies: per "
+            f"doubling of N, complete attention's time grows {growth(rows, 'complete', 'ms'):.1f}x"
+            f" (N^2), the window's {growth(rows, 'window', 'ms'):.1f}x and the sparse graph's "
+            f"{growth(rows, 'sparse', 'ms'):.1f}x (N); memory grows about "
+            f"{growth(rows, 'complete', 'mb'):.1f}x for complete attention (no N x N matrix).")
+    finish(make_record("scaling", "Scaling of attend with set size", text,
+                       [scaling_table(rows)], args.threads, {"points": rows}, load=load),
+           args.out)
 
 
 if __name__ == "__main__":

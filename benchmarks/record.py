@@ -1,0 +1,279 @@
+"""What every benchmark shares: its record, and the timing and memory measurements.
+
+A record is one JSON file, ``benchmarks/results/<benchmark>.json``, the current result of
+one benchmark script::
+
+    {"benchmark": "engine", "title": "...", "command": ".venv/bin/python benchmarks/...",
+     "commit": "<git HEAD when run>", "dirty": false, "date": "2026-11-28T17:05:00Z",
+     "machine": {"cpu": "...", "cores": 2, "python": "3.11.7", "torch": "2.13.0",
+                 "torch_geometric": "2.8.1", "load": 1.2},
+     "threads": 1, "summary": "one or two sentences",
+     "tables": [{"title": "...", "columns": [...], "rows": [[...]], "notes": "..."}],
+     "raw": {...}}
+
+``dirty`` says whether ``setattn/`` had uncommitted changes; table cells are display
+strings; ``machine.load`` is the 1-minute load average when the record was made.
+``markdown(record)`` prints the tables as the script shows them.
+
+Time: medians of several passes in one process, in interleaved rounds where sides are
+compared (:func:`interleaved_seconds`). Memory: the peak RSS growth of a pass, reset
+through ``/proc/self/clear_refs`` just before it (:func:`peak_mb_here`), in a fresh
+subprocess (:func:`subprocess_json`) run with glibc's mmap threshold fixed at 64 kB
+(``MALLOC_MMAP_THRESHOLD_``): by default glibc raises the threshold after the warm-up
+pass frees its large buffers and reuses them, and the measured pass then shows almost no
+growth.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+KEYS = ("benchmark", "title", "command", "commit", "dirty", "date", "machine", "threads",
+        "summary", "tables")
+MACHINE_KEYS = ("cpu", "cores", "python", "torch", "torch_geometric", "load")
+
+
+# --------------------------------------------------------------------------------------
+# records
+
+
+def table(title: str, columns: list[str], rows: list[list[object]],
+          notes: str | None = None) -> dict:
+    """One table of a record; every cell becomes a display string."""
+    out = {"title": title, "columns": list(columns),
+           "rows": [[str(c) for c in row] for row in rows]}
+    if notes:
+        out["notes"] = notes
+    return out
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(load: float | None = None) -> dict:
+    """The machine a record was made on; ``load`` defaults to the 1-minute load now."""
+    try:
+        import torch_geometric
+
+        pyg = torch_geometric.__version__
+    except ImportError:
+        pyg = None
+    return {"cpu": _cpu_name(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "torch_geometric": pyg,
+            "load": round(os.getloadavg()[0] if load is None else load, 2)}
+
+
+def git_state(root: Path = ROOT) -> tuple[str, bool]:
+    """(HEAD commit, whether ``setattn/`` has uncommitted changes); ("unknown", True)
+    outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--", "setattn"], cwd=root,
+                                check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", True
+    return commit, bool(status.strip())
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that ran this script, as typed from the repository root."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]).resolve()
+    try:
+        script = script.relative_to(ROOT)
+    except ValueError:
+        pass
+    return " ".join([".venv/bin/python", str(script), *map(shlex.quote, argv[1:])])
+
+
+def make_record(benchmark: str, title: str, summary: str, tables: list[dict],
+                threads: int, raw: dict | None = None, command: str | None = None,
+                load: float | None = None) -> dict:
+    """A record of a run made now, at the checkout's HEAD."""
+    commit, dirty = git_state()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    record = {"benchmark": benchmark, "title": title,
+              "command": command or command_line(), "commit": commit, "dirty": dirty,
+              "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(load),
+              "threads": threads, "summary": summary, "tables": tables}
+    if raw is not None:
+        record["raw"] = raw
+    return record
+
+
+def problems(record: dict) -> list[str]:
+    """What a record lacks or gets wrong (empty when it is well formed)."""
+    found = [f"no key {k!r}" for k in KEYS if k not in record]
+    found += [f"machine has no {k!r}" for k in MACHINE_KEYS
+              if k not in record.get("machine", {})]
+    for t in record.get("tables", []):
+        width = len(t.get("columns", []))
+        if not t.get("title") or not width:
+            found.append(f"table {t.get('title')!r} has no title or no columns")
+        found += [f"table {t['title']!r}: a row of {len(r)} cells, not {width}"
+                  for r in t.get("rows", []) if len(r) != width]
+        found += [f"table {t['title']!r}: a cell that is not a string"
+                  for r in t.get("rows", []) if not all(isinstance(c, str) for c in r)]
+    return found
+
+
+def write_record(record: dict, path: Path | None = None) -> Path:
+    """Write ``record`` (default ``results/<benchmark>.json``) and return the path.
+
+    Raises:
+        ValueError: naming what the record lacks.
+    """
+    bad = problems(record)
+    if bad:
+        raise ValueError(f"record {record.get('benchmark')!r}: " + "; ".join(bad))
+    path = Path(path) if path is not None else RESULTS / f"{record['benchmark']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_record(path: Path) -> dict:
+    """A record written by :func:`write_record`."""
+    return json.loads(Path(path).read_text())
+
+
+def markdown_table(t: dict) -> str:
+    """One table as Markdown, its title above and its notes below."""
+    lines = [f"**{t['title']}**", "", "| " + " | ".join(t["columns"]) + " |",
+             "|" + "---|" * len(t["columns"])]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in t["rows"]]
+    if t.get("notes"):
+        lines += ["", t["notes"]]
+    return "\n".join(lines)
+
+
+def markdown(record: dict) -> str:
+    """The record as Markdown: title, summary, every table, and where it was made."""
+    m = record["machine"]
+    head = [f"## {record['title']}", "", record["summary"], "", f"`{record['command']}`"]
+    tail = [f"commit {record['commit'][:10]}{' (setattn/ modified)' if record['dirty'] else ''}"
+            f", {record['date']}, {m['cpu']}, {m['cores']} cores, load {m['load']}, "
+            f"{record['threads']} thread(s), torch {m['torch']}"]
+    return "\n\n".join(["\n".join(head), *map(markdown_table, record["tables"]), *tail])
+
+
+def finish(record: dict, out: Path | None) -> Path:
+    """Print the record's Markdown, write it, and say where."""
+    print(markdown(record))
+    path = write_record(record, out)
+    print(f"\nrecord: {path}", file=sys.stderr)
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# timing and memory
+
+
+def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def interleaved_seconds(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each case over ``repeats`` rounds of one run per case (after a
+    warm-up round), so that a shared machine's drifting load hits all cases alike."""
+    for fn in cases.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def peak_mb_here(fn: Callable[[], object]) -> float:
+    """Peak RSS growth (MB) of one ``fn()`` call in this process."""
+    before = _status_mb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak (VmHWM) to the current RSS
+    fn()
+    return max(_status_mb("VmHWM") - before, 0.0)
+
+
+def subprocess_json(script: str, case: str, extra: list[str] | None = None) -> dict:
+    """Run ``python script --memory case`` (glibc's mmap threshold fixed, module
+    docstring) and return the JSON object its last line prints."""
+    cmd = [sys.executable, script, "--memory", case, *(extra or [])]
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # buffers >= 64 kB: own mappings
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def molecule_batch(graphs: int, gen: torch.Generator, sizes: tuple[int, int] = (10, 40),
+                   dim: int = 64, bond_dim: int = 7) -> dict[str, torch.Tensor]:
+    """``graphs`` random molecule-like graphs of ``sizes[0]``..``sizes[1]`` atoms: a chain
+    with a ring closure every 6 atoms (bond i -> i + 5), bonds both ways, about 2.3 n
+    directed bonds of degree 2 to 3, as organic molecules have.
+
+    Returns:
+        x (N, dim), edge_index (2, E), edge_attr (E, bond_dim), batch (N,), ptr (G + 1,).
+    """
+    counts = torch.randint(sizes[0], sizes[1] + 1, (graphs,), generator=gen)  # (G,)
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # (G + 1,)
+    src, dst = [], []
+    for g in range(graphs):
+        start, n = int(ptr[g]), int(counts[g])
+        chain = torch.arange(start, start + n - 1)  # (n - 1,)
+        ring = torch.arange(start, start + n - 6, 6)  # ring closures i -> i + 5
+        src += [chain, ring]
+        dst += [chain + 1, ring + 5]
+    src, dst = torch.cat(src), torch.cat(dst)
+    bonds = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])  # (2, E)
+    n = int(ptr[-1])
+    return {"x": torch.randn(n, dim, generator=gen), "edge_index": bonds,
+            "edge_attr": torch.randn(bonds.shape[1], bond_dim, generator=gen),
+            "batch": torch.repeat_interleave(torch.arange(graphs), counts), "ptr": ptr}
