@@ -21,7 +21,7 @@ from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import MoleculeExplanation, explain_molecule, explain_smiles
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.outputs import check_output_file, run_files
+from setattn.molprop.run_files import check_output_file, run_file_paths
 from setattn.viz import draw_atom_contributions
 
 __all__ = ["cmd_explain"]
@@ -132,7 +132,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Explain one SMILES (a picture) or a CSV (a folder). Returns the exit status."""
     if args.device != "auto" and resolve_device(args.device).type != "cpu":
         raise ValueError(f"argument --device: explanations run on the CPU (got {args.device})")
-    inputs = run_files(Path(args.model))
+    inputs = run_file_paths(Path(args.model))
     if args.data is not None:
         inputs["--data"] = Path(args.data)
         if Path(args.output).is_file():

@@ -12,7 +12,7 @@ from setattn.datasets.files import check_encoding, existing_file
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.outputs import check_output_file, run_files
+from setattn.molprop.run_files import check_output_file, run_file_paths
 from setattn.molprop.predict import predict_csv
 
 __all__ = ["cmd_predict"]
@@ -26,7 +26,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(f"argument --max-heavy-atoms: must be >= 1, got {args.max_heavy_atoms}")
     check_encoding(args.encoding)
     existing_file(args.data, "--data")
-    check_output_file(args.output, {"--data": args.data, **run_files(Path(args.model))})
+    check_output_file(args.output, {"--data": args.data, **run_file_paths(Path(args.model))})
     device = resolve_device(args.device)
     if args.workers > 1 and device.type != "cpu":  # CUDA does not survive a fork
         raise ValueError(f"argument --workers: {args.workers} worker processes need "

@@ -8,17 +8,20 @@ The modules, in the order data flows through them:
 - ``featurize``: SMILES and CSVs -> ``Data`` (cached, parallel); ``batching``: the one
   batcher; ``splits``: random, scaffold and k-fold splits.
 - ``metrics``: masked losses and metrics; ``checkpoint``: the safe checkpoint format;
-  ``loop``: ``fit`` one model; ``run``: ``run_training``, a whole run directory;
+  ``inference``: models run forward over batches (the one batch loop, and an ensemble's
+  mean, spread and interval scale); ``loop``: ``fit`` one model; ``reports``: what
+  ``metrics.json`` records of an ensemble; ``run``: ``run_training``, a whole run
+  directory; ``run_files``: output checks and the run directory's lock;
   ``distributed``: torchrun support.
-- ``predict``: predictions, streamed from CSVs of any size; ``explain``: the readout's
-  attention over atoms.
+- ``predict``: predictions for SMILES, streamed from CSVs of any size; ``explain``: one
+  contribution per atom to a prediction.
 - ``api``: ``MoleculePredictor``, all of the above from Python (``fit`` / ``predict`` /
   ``predict_std`` / ``explain`` / ``save`` / ``load``); ``settings``: the options of
   ``setattn train`` and of ``MoleculePredictor`` -> a ``RunConfig``; ``device``: where
   models run.
 
-Submodules keep their own names (``setattn.molprop.featurize.featurize``,
-``setattn.molprop.predict.predict``): the package exports no function named like one.
+Submodules keep their own names (``setattn.molprop.featurize.featurize``): the package
+exports no function named like one.
 """
 
 from setattn.molprop.api import MoleculePredictor

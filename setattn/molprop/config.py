@@ -20,7 +20,7 @@ from setattn.molprop.device import DEVICE_HELP, PRECISIONS, resolve_device
 from setattn.molprop.limits import KERNEL_MAX_TRAIN, MAX_HEAVY_ATOMS, RUN_BOUNDS, check_bounds
 from setattn.molprop.model import MoleculeModelConfig
 from setattn.molprop.options import config_from_dict, flag_fields, key_error, option
-from setattn.molprop.outputs import check_prediction_columns
+from setattn.molprop.run_files import check_prediction_columns
 
 __all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig",
            "legacy_batch_size"]

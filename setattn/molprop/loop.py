@@ -38,9 +38,9 @@ from setattn.molprop.checkpoint import (
 )
 from setattn.molprop.config import TrainConfig, legacy_batch_size
 from setattn.molprop.device import autocast, resolve_device, to_device
+from setattn.molprop.inference import forward_batches
 from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
 from setattn.molprop.model import MoleculeModel
-from setattn.molprop.predict import outputs
 
 __all__ = ["CHECKPOINT_SECONDS", "DivergedError", "FitResult", "Progress", "fit"]
 
@@ -298,7 +298,7 @@ def _validate(training: _Training, val_data: Sequence[Data], cached: list[Batch]
     def rank_outputs(part: Sequence[Data]) -> Tensor:
         if not cached:
             cached.extend(batches(part))
-        return outputs(model, cached)
+        return forward_batches(model, cached, "network")
 
     val_out = distributed.gather_predictions(rank_outputs, val_data)  # (M_val, T)
     task = model.config.task

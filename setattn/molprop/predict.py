@@ -1,9 +1,9 @@
-"""Predictions of trained molecule models: on featurised molecules, and streamed from a CSV.
+"""An ensemble's predictions for SMILES: for lists of them, and streamed from a CSV.
 
-``predict`` / ``predict_all`` / ``outputs`` work on ``Data`` lists (training, validation
-and test parts). ``predict_csv`` streams a CSV of any size through an ensemble,
-``CHUNK_ROWS`` rows at a time, optionally in a pool of forked worker processes, and
-writes one output row per input row, in order.
+``predict_spread`` / ``predict_smiles`` / ``predict_interval`` take a list of SMILES.
+``predict_csv`` streams a CSV of any size through an ensemble, ``CHUNK_ROWS`` rows at a
+time, optionally in a pool of forked worker processes, and writes one output row per
+input row, in order. The models run through ``setattn.molprop.inference``.
 """
 
 from __future__ import annotations
@@ -18,118 +18,28 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Batch, Data
 
 from setattn.datasets.files import check_columns, open_csv
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, fragment_note
 from setattn.files import atomic_open
-from setattn.molprop import distributed
-from setattn.molprop.batching import batches
-from setattn.molprop.conformal import ENSEMBLE, KERNEL, SPREADS, Calibration, bounds
-from setattn.molprop.device import model_device, to_device
+from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.featurize import featurize
+from setattn.molprop.inference import interval_spread, model_predictions, spread
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
-from setattn.molprop.outputs import check_output_file, check_prediction_columns, prediction_columns
+from setattn.molprop.run_files import (
+    check_output_file,
+    check_prediction_columns,
+    prediction_columns,
+)
 
-__all__ = ["CHUNK_ROWS", "ensemble_predict", "ensemble_spread", "interval_spread",
-           "kernel_outputs", "member_predictions", "outputs", "predict", "predict_all",
-           "predict_csv", "predict_interval", "predict_smiles", "predict_spread", "spread",
-           "spread_kind"]
+__all__ = ["CHUNK_ROWS", "predict_csv", "predict_interval", "predict_smiles",
+           "predict_spread"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
 one worker with several): memory holds a few chunks, whatever the input's size. How it
 was chosen: ``benchmarks/results/defaults.md``."""
-
-
-@torch.no_grad()
-def predict(model: MoleculeModel, data: Sequence[Data], batch_size: int = 256) -> Tensor:
-    """(M, T) predictions (target units or probabilities) for M molecules, in order, on
-    the CPU (the model may be on any device)."""
-    model.eval()
-    device = model_device(model)
-    outs = [model.predict(to_device(batch, device)) for batch in batches(data, batch_size)]
-    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks, device="cpu")
-
-
-def predict_all(model: MoleculeModel, data: Sequence[Data]) -> Tensor:
-    """``predict`` on all ranks together: each predicts a shard, all get the (M, T) whole."""
-    return distributed.gather_predictions(lambda part: predict(model, part), data)
-
-
-def ensemble_predict(models: Sequence[MoleculeModel], data: Sequence[Data]) -> Tensor:
-    """(M, T) mean prediction of the models (all ranks together)."""
-    return ensemble_spread(models, data)[0]
-
-
-def member_predictions(models: Sequence[MoleculeModel], data: Sequence[Data]) -> Tensor:
-    """(K, M, T) each model's predictions (all ranks together)."""
-    return torch.stack([predict_all(m, data) for m in models])
-
-
-def spread(stacked: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean (M, T) and standard deviation (M, T, zeros for one model) over the K models of
-    ``stacked`` (K, M, T)."""
-    return stacked.mean(0), stacked.std(0, correction=0)
-
-
-def ensemble_spread(models: Sequence[MoleculeModel], data: Sequence[Data]
-                    ) -> tuple[Tensor, Tensor]:
-    """Mean (M, T) and standard deviation (M, T) of the models' predictions (all ranks
-    together)."""
-    return spread(member_predictions(models, data))
-
-
-def spread_kind(models: Sequence[MoleculeModel]) -> str:
-    """What an ensemble's prediction intervals are scaled by: ``KERNEL`` (the kernel
-    ridge's posterior std) for regression models that blend a kernel ridge, else
-    ``ENSEMBLE`` (the spread of the members)."""
-    first = models[0]
-    return KERNEL if first.config.task == "regression" and first.kernel is not None else ENSEMBLE
-
-
-def interval_spread(models: Sequence[MoleculeModel], data: Sequence[Data], std: Tensor,
-                    kind: str) -> Tensor:
-    """(M, T) the ``u`` of a calibration of ``kind`` (``setattn.molprop.conformal``): the
-    ensemble's ``std`` (M, T) itself, or the first model's kernel ridge's posterior std
-    at the descriptors of ``data`` (the members share one kernel ridge), on the CPU.
-
-    Raises:
-        ValueError: if ``kind`` is not ``ENSEMBLE`` or ``KERNEL``, or is ``KERNEL`` for
-            models without a kernel ridge.
-    """
-    if kind not in SPREADS:
-        raise ValueError(f"interval spread must be one of {SPREADS}, got {kind!r}")
-    if kind == ENSEMBLE:
-        return std
-    if models[0].kernel is None:
-        raise ValueError("intervals scaled by the kernel ridge's posterior std need a model "
-                         "with a kernel ridge")
-    if not data:
-        return torch.zeros(0, std.shape[1], device="cpu")
-    descriptors = torch.cat([d.descriptors for d in data])  # (M, F)
-    u = models[0].kernel.posterior_std(descriptors).cpu()  # (M,)
-    return u[:, None].expand(-1, std.shape[1]).contiguous()  # (M, T)
-
-
-@torch.no_grad()
-def outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
-    """(M, T) forward outputs (standardised regression values or logits) of the
-    molecules of ``batched``, in order, on the CPU (``batched`` is moved to the model's
-    device in place)."""
-    model.eval()
-    device = model_device(model)
-    outs = [model(to_device(batch, device)) for batch in batched]
-    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks, device="cpu")
-
-
-@torch.no_grad()
-def kernel_outputs(model: MoleculeModel, batched: Sequence[Batch]) -> Tensor:
-    """(M, T) standardised predictions of the model's kernel ridge alone, as ``outputs``."""
-    device = model_device(model)
-    outs = [model.kernel_outputs(to_device(batch, device)) for batch in batched]
-    return torch.cat(outs).cpu() if outs else torch.zeros(0, model.config.num_tasks, device="cpu")
 
 
 def _read_chunks(records: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
@@ -178,12 +88,12 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
             errors.append(f"note: {note}" if note else "")
         except InvalidSmilesError as err:
             errors.append(_message(err))
-    # the chunk's output table: on the CPU, where ``predict`` returns its rows
+    # the chunk's output table: on the CPU, where ``model_predictions`` returns its rows
     mean = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
     std = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
     u = std.clone()  # (M, T)
     if data:
-        stacked = torch.stack([predict(model, data) for model in models])  # (K, M_ok, T)
+        stacked = torch.stack([model_predictions(m, data) for m in models])  # (K, M_ok, T)
         index = torch.tensor(ok, device="cpu")  # (M_ok,)
         mean[index], std[index] = spread(stacked)
         u[index] = interval_spread(models, data, std[index], kind)
@@ -201,7 +111,7 @@ def predict_spread(models: Sequence[MoleculeModel], smiles: Sequence[str],
         kind: what ``u`` is: ``conformal.ENSEMBLE``, the members' std (in the targets'
             units, per task), or ``conformal.KERNEL``, the kernel ridge's posterior std
             (``interval_spread``: unitless, in [0, 1], one value per molecule repeated
-            for every task); ``spread_kind(models)`` gives the one ``setattn train``
+            for every task); ``inference.spread_kind(models)`` gives the one ``setattn train``
             calibrated.
 
     Returns:
@@ -371,7 +281,7 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
 
 
 def _write_rows(writer, smiles: list[str], mean: torch.Tensor, std: torch.Tensor,
-                u: torch.Tensor, messages: list[str], spread: bool,
+                u: torch.Tensor, messages: list[str], with_std: bool,
                 calibration: Calibration | None) -> None:
     """One output row per SMILES: it, the (T,) means, the (T,) stds if ``spread``, each
     target's interval ends (from ``u``) with a ``calibration``, the message."""
@@ -380,7 +290,7 @@ def _write_rows(writer, smiles: list[str], mean: torch.Tensor, std: torch.Tensor
         ends = torch.stack([lower, upper], dim=2).flatten(1)  # (M, 2T): t's lower, upper
     for m, text in enumerate(smiles):
         cells = [text, *(_cell(v) for v in mean[m].tolist())]
-        if spread:
+        if with_std:
             cells += [_cell(v) for v in std[m].tolist()]
         if calibration is not None:
             cells += [_cell(v) for v in ends[m].tolist()]

@@ -10,7 +10,7 @@ What a run directory holds::
     config.json        the run (data, columns, split, training and model settings)
     split.json         the file rows of the train / val / test parts, and the CSV's
                        fingerprint (``setattn.molprop.provenance``) --resume checks
-    .setattn.lock      while the run is going (``setattn.molprop.outputs.RunLock``)
+    .setattn.lock      while the run is going (``setattn.molprop.run_files.RunLock``)
     model_<k>/best.pt  the best-validation weights of ensemble member k (for predict)
     model_<k>/last.pt  the full training state for resume (``setattn.molprop.loop``)
     log.csv            model, epoch, train_loss, val_loss, val_<metric>, lr, seconds
@@ -47,8 +47,8 @@ from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
-from setattn.molprop.outputs import RunLock
-from setattn.molprop.scoring import ensemble_scores
+from setattn.molprop.reports import ensemble_scores
+from setattn.molprop.run_files import RunLock
 from setattn.viz import plot_training_curve
 
 __all__ = ["fit_kernel", "run_training"]

@@ -11,8 +11,8 @@ from setattn.molprop import checkpoint
 from setattn.molprop.batching import collate_molecules
 from setattn.molprop.explain import EnsembleOutput, explain_molecule
 from setattn.molprop.featurize import featurize
+from setattn.molprop.inference import model_predictions
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
-from setattn.molprop.predict import predict
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +84,8 @@ def test_every_method_gives_one_value_per_atom(trained, method):
     e = explain_molecule(model, "OCC(N)c1ccncc1", method)
     assert e.attribution.values.shape == (10,) and torch.isfinite(e.attribution.values).all()
     with torch.no_grad():
-        prediction = float(predict(model, [featurize("OCC(N)c1ccncc1",
-                                                     model.config.descriptor_dim)])[0, 0])
+        prediction = float(model_predictions(model, [featurize(
+            "OCC(N)c1ccncc1", model.config.descriptor_dim)])[0, 0])
     assert e.attribution.prediction == pytest.approx(prediction, abs=1e-4)  # the blend
     if method == "attention":
         assert e.attribution.values.mean() == pytest.approx(1.0, abs=1e-5)
@@ -156,7 +156,7 @@ def test_draw_atom_weights_checks_atom_count(tmp_path):
 def _members_prediction(models, smiles):
     data = [featurize(smiles, models[0].config.descriptor_dim)]
     with torch.no_grad():
-        return torch.stack([predict(m, data)[0, 0] for m in models])  # (K,)
+        return torch.stack([model_predictions(m, data)[0, 0] for m in models])  # (K,)
 
 
 def test_an_ensemble_is_explained_as_predict_averages_it(ensemble):

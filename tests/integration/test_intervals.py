@@ -16,15 +16,9 @@ from setattn.molprop.api import MoleculePredictor
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, calibrate
 from setattn.molprop.featurize import featurize
+from setattn.molprop.inference import interval_spread, model_predictions, spread_kind
 from setattn.molprop.kernel import CLIP, KernelRidge
-from setattn.molprop.predict import (
-    interval_spread,
-    predict,
-    predict_csv,
-    predict_interval,
-    predict_spread,
-    spread_kind,
-)
+from setattn.molprop.predict import predict_csv, predict_interval, predict_spread
 
 
 def _problem(m: int, f: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,7 +136,7 @@ def test_a_kernel_run_scales_its_intervals_by_the_posterior_std(tmp_path, capsys
     np.testing.assert_allclose(means[:8].numpy(), mean.numpy(), rtol=1e-6)
     assert not any(errors[:8]) and errors[8].startswith("invalid SMILES")
     assert torch.isnan(scale[8]).all() and torch.isnan(means[8]).all()
-    each = torch.stack([predict(m, molecules) for m in models])  # (2, 8, 1)
+    each = torch.stack([model_predictions(m, molecules) for m in models])  # (2, 8, 1)
     _, _, scale, _ = predict_spread(models, smiles)  # ENSEMBLE: the members' spread
     np.testing.assert_allclose(scale.numpy(), each.std(0, correction=0).numpy(), rtol=1e-5,
                                atol=1e-7)

@@ -1,7 +1,8 @@
 """What a run records of its ensemble's predictions: metrics of the ensemble and of each
 member, the 90 % intervals, and the parts of the blend (the network alone, the kernel
-ridge alone). ``setattn train`` writes them to ``metrics.json``; benchmarks that swap a
-saved run's kernel ridge score it again with the same function."""
+ridge alone). ``setattn train`` writes them to ``metrics.json``; a saved run's models
+are scored again by the same function. The models run through
+``setattn.molprop.inference``."""
 
 from __future__ import annotations
 
@@ -12,17 +13,16 @@ from torch_geometric.data import Data
 
 from setattn.molprop import conformal
 from setattn.molprop.batching import batches, stacked_targets
-from setattn.molprop.metrics import evaluate
-from setattn.molprop.model import MoleculeModel
-from setattn.molprop.predict import (
+from setattn.molprop.inference import (
     ensemble_spread,
+    forward_batches,
     interval_spread,
-    kernel_outputs,
     member_predictions,
-    outputs,
     spread,
     spread_kind,
 )
+from setattn.molprop.metrics import evaluate
+from setattn.molprop.model import MoleculeModel
 
 __all__ = ["component_metrics", "ensemble_scores"]
 
@@ -34,8 +34,9 @@ def component_metrics(models: Sequence[MoleculeModel], data: Sequence[Data], tas
     ridge alone on ``data``."""
     y = stacked_targets(data, len(names))  # (M, T)
     batched = batches(data)
-    net = torch.stack([m.to_units(outputs(m, batched)) for m in models]).mean(0)  # (M, T)
-    kernel_out = kernel_outputs(models[0], batched)  # (M, T)
+    net = torch.stack([m.to_units(forward_batches(m, batched, "network"))
+                       for m in models]).mean(0)  # (M, T)
+    kernel_out = forward_batches(models[0], batched, "kernel")  # (M, T)
     return {"attention": evaluate(y, net, task, names, part),
             "kernel_ridge": evaluate(y, models[0].to_units(models[0].kernel_as_outputs(
                 kernel_out)), task, names, part)}
@@ -60,7 +61,7 @@ def ensemble_scores(models: Sequence[MoleculeModel], val: Sequence[Data],
     Returns:
         ``test`` and ``val``: the metrics of the members' mean; ``member_test``: K test
         metrics; for regression ``uncertainty`` (90 % intervals calibrated on ``val``,
-        scaled as ``predict.spread_kind`` says);
+        scaled as ``inference.spread_kind`` says);
         with a kernel ridge ``components`` (the blend weight, ``kernel_info``, and the
         parts of the network alone and of the kernel ridge alone).
     """

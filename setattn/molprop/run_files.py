@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["LOCK_NAME", "RUN_RECORDS", "RunLock", "check_output_dir", "check_output_file",
-           "check_prediction_columns", "prediction_columns", "run_files"]
+           "check_prediction_columns", "prediction_columns", "run_file_paths"]
 
 LOCK_NAME = ".setattn.lock"
 """The lock file of a run directory."""
@@ -79,7 +79,7 @@ def check_prediction_columns(smiles_column: str, targets: Sequence[str],
                          f"of the CSV")
 
 
-def run_files(model: Path) -> dict[str, Path]:
+def run_file_paths(model: Path) -> dict[str, Path]:
     """The files of the run ``--model`` names (its records and weights), which no output
     may be, by a name for error messages."""
     if model.is_file():
