@@ -215,13 +215,14 @@ def attribution_record(results: dict, threads: int = 1, **extra) -> dict:
     """The record of the scored parts (validation and test)."""
     parts = [p for p in ("test", "val") if any(k.endswith("/" + p) for k in results)]
     tables = [part_table(results, p) for p in parts]
-    test = {k: r["scores"].get("integrated-gradients") for k, r in results.items()
+    test = {f"{k.split('/')[0]} on {SMILES_NAMES.get(r['source'], r['source'])}":
+            r["scores"].get("integrated-gradients") for k, r in results.items()
             if k.endswith("/test")}
     text = ("Per-atom attributions of setattn's default models (an ensemble of 3 with "
             "descriptors and kernel ridge, explained as setattn explain does) scored against "
             "known truth: Crippen logP contributions (Kendall tau) and benzene-ring atoms "
             "(ROC-AUC). Integrated gradients, the default, on the test parts: "
-            + ", ".join(f"{k.rsplit('/', 1)[0]} {v:.3f}" for k, v in test.items()) + ".")
+            + ", ".join(f"{k} {v:.3f}" for k, v in test.items()) + ".")
     return make_record("attribution", "Attributions against known truth", text, tables,
                        threads, {"parts": results}, **extra)
 

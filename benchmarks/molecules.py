@@ -167,11 +167,12 @@ def run_rounds(name: str, kind: str, seed: int, args: argparse.Namespace) -> Non
 def load_rounds(out: Path) -> dict[tuple[str, str, int], list[dict[str, dict]]]:
     """Saved rounds by (set, split, seed): per round, each tool's record; rounds missing
     one of the three tools are left out."""
+    plain = {t: tool_flags(t, RunSettings(out, "test", 1)) for t in ROUND_TOOLS}
     groups: dict[tuple[str, str, int], list[dict[str, dict]]] = {}
     for folder in sorted(out.glob("round*"), key=lambda p: int(p.name[5:] or 0)):
         per: dict[tuple[str, str, int], dict[str, dict]] = {}
         for rec in load_results(folder):
-            if rec["tool"] in ROUND_TOOLS and not rec["flags"]:
+            if rec["tool"] in ROUND_TOOLS and rec["flags"] == plain[rec["tool"]]:
                 per.setdefault((rec["dataset"], rec["split"], rec["seed"]), {})[
                     rec["tool"]] = rec
         for key, tools in per.items():

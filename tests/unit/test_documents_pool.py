@@ -1,5 +1,6 @@
 """examples/documents.py's ``--pool attn+max`` against a per-text max computed by hand,
-its default pooling unchanged, and benchmarks/trec_cnn.py's folds and model shapes."""
+its default pooling unchanged, and the CNN-rand reference of benchmarks/examples.py: its folds
+and model shapes."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def test_trec_cnn_uses_the_inner_folds_of_documents(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     load_example("documents.py")  # puts examples/ on sys.path
     import documents_data
-    import trec_cnn
+    import examples as trec_cnn
 
     labels = torch.arange(5452) % 6
     ours = trec_cnn.inner_splits(5452, 3, seed=0)

@@ -1,6 +1,17 @@
-"""Kim's CNN-rand on TREC under the protocol of ``examples/documents.py``: a published
-reference, measured on the same folds, validation parts and words.
+"""Accuracy of the examples on real data, and the published CNN-rand reference on TREC.
 
+Run:  .venv/bin/python benchmarks/examples.py                 (every example at its
+          defaults, hours; writes results/examples.json)
+      .venv/bin/python benchmarks/examples.py --only sets seq2seq --out x.json
+      .venv/bin/python benchmarks/examples.py --cnn-rand --test --seeds 0 1 2 3 4
+
+Each example of ``EXAMPLES`` runs as its own process with the command its docstring
+gives (``--out`` under ``--work``), one torch thread; the record keeps the line it ends
+with (``result: ...``, the held-out accuracy, chosen on validation data only), the
+published number it is set against, and its wall time.
+
+``--cnn-rand`` runs the reference instead: Kim's CNN-rand under the protocol of
+``examples/documents.py``, measured on the same folds, validation parts and words.
 CNN-rand (Kim 2014, "Convolutional Neural Networks for Sentence Classification", EMNLP;
 91.2 % on TREC's 500 test questions in the paper, one reading): word embeddings trained
 from scratch (300-d, initialised uniform in +-0.25), 1-D convolutions of widths 3, 4
@@ -29,14 +40,16 @@ Prints a table: per seed the held-out questions right per fold and pooled over t
 5452 (or the test questions right), the best epochs and the wall time; mean +- sample
 standard deviation over the seeds.
 
-    python benchmarks/trec_cnn.py                    # inner folds, seed 0
-    python benchmarks/trec_cnn.py --test --seeds 0 1 2 3 4
+    python benchmarks/examples.py --cnn-rand                   # inner folds, seed 0
+    python benchmarks/examples.py --cnn-rand --test --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +58,9 @@ import torch
 from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from documents_data import fixed_split, fold_indices, fold_split  # noqa: E402
+from record import ROOT, finish, make_record, table  # noqa: E402
 
 from setattn.datasets import load_trec  # noqa: E402
 from setattn.domains import Tokenizer, Vocabulary  # noqa: E402
@@ -186,9 +201,10 @@ def run_seed(tokens: list[list[str]], y: Tensor, classes: int, splits: list[tupl
     return {"right": right, "epochs": epochs, "seconds": time.perf_counter() - start}
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def cnn_main(argv: list[str]) -> list[dict]:
+    """The CNN-rand reference: its table, and a ``result:`` line as the examples end."""
+    p = argparse.ArgumentParser(description="CNN-rand (Kim 2014) on TREC")
+    p.add_argument("--cnn-rand", action="store_true")
     p.add_argument("--test", action="store_true", help="train on all training questions, "
                    "read the 500 test questions (default: --inner-folds of documents.py)")
     p.add_argument("--inner-folds", type=int, default=3, help="K of the inner folds")
@@ -216,8 +232,95 @@ def main(argv: list[str] | None = None) -> list[dict]:
               f"{r['seconds']:.0f} |")
     acc = [100 * sum(r["right"]) / total for r in results]
     sd = statistics.stdev(acc) if len(acc) > 1 else 0.0
-    print(f"mean {statistics.mean(acc):.2f} +- {sd:.2f} % over {len(acc)} seed(s)")
+    print(f"result: CNN-rand {'TREC test' if args.test else 'inner folds'} "
+          f"{statistics.mean(acc):.2f} +- {sd:.2f} % over {len(acc)} seed(s)")
     return results
+
+
+# --------------------------------------------------------------------------------------
+# the examples
+
+TREC = ("--corpus", "trec", "--radius", "-1", "--char-buckets", "16384", "--layers", "2",
+        "--start-token", "--ngrams", "3", "--partner-ngrams", "3")
+EXAMPLES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    # name: (script, options, the published number it is set against)
+    "gat_cora": ("examples/gat_planetoid.py", (), "GAT 83.0 +- 0.7 % (Velickovic et al. 2018)"),
+    "image_patches": ("examples/image_patches.py", (), "targets: digits 98 %, MNIST-5k 97 %"),
+    "seq2seq": ("examples/seq2seq_attention.py", (), "target: 95 % exact match"),
+    "sets": ("examples/sets.py", (), "Lee et al. 2019 (task style)"),
+    "trec": ("examples/documents.py", TREC, "CNN-rand 91.2 % (Kim 2014)"),
+    "cr": ("examples/documents.py", ("--corpus", "cr"),
+           "CNN-rand 79.8 % (Kim 2014); NBSVM-bi 81.8 % (Wang & Manning 2012)"),
+    "mr": ("examples/documents.py", ("--corpus", "mr"),
+           "CNN-rand 76.1 % (Kim 2014); NBSVM-bi 79.4 % (Wang & Manning 2012)"),
+    "cnn_rand_trec": ("benchmarks/examples.py", ("--cnn-rand", "--test", "--seeds", "0", "1",
+                                                 "2", "3", "4"), "Kim 2014: 91.2 %, one run"),
+}
+COLUMNS = ["example", "command", "result", "published", "seconds", "commit"]
+
+
+def command_of(name: str, work: Path, quick: bool = False) -> list[str]:
+    """The command line of one example, its output under ``work``."""
+    script, options, _ = EXAMPLES[name]
+    extra = [] if name == "cnn_rand_trec" else ["--out", str(work / name),
+                                                *(["--quick"] if quick else [])]
+    return [sys.executable, str(ROOT / script), *options, *extra]
+
+
+def result_line(output: str) -> str:
+    """The last ``result: ...`` line an example printed, without the prefix.
+
+    Raises:
+        ValueError: if it printed none.
+    """
+    found = [line[len("result:"):].strip() for line in output.splitlines()
+             if line.startswith("result:")]
+    if not found:
+        raise ValueError("the example printed no 'result:' line")
+    return found[-1]
+
+
+def run_example(name: str, work: Path, commit: str, quick: bool = False) -> list[str]:
+    """Run one example; its table row."""
+    cmd = command_of(name, work, quick)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    script, options, published = EXAMPLES[name]
+    shown = " ".join([".venv/bin/python", script, *options, *(["--quick"] if quick else [])])
+    return [name, shown, result_line(done.stdout), published, f"{seconds:.0f}", commit[:7]]
+
+
+def examples_record(rows: list[list[str]], threads: int = 1, **extra) -> dict:
+    """The record of the examples' rows."""
+    text = ("Held-out accuracy of every example at its defaults on real data (choices made "
+            "on validation data only), beside the published number each is set against: "
+            + "; ".join(f"{r[0]} {r[2].split(' (')[0]}" for r in rows) + ".")
+    notes = ("result: the line the example ends with. seconds: wall time of the whole "
+             "command on a shared machine (an upper bound). commit: the code that ran.")
+    return make_record("examples", "Examples: accuracy on real data", text,
+                       [table("the examples at their defaults", COLUMNS, rows, notes)],
+                       threads, **extra)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--cnn-rand" in argv:
+        cnn_main(argv)
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="+", choices=list(EXAMPLES), default=list(EXAMPLES))
+    p.add_argument("--quick", action="store_true", help="each example's smoke test")
+    p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_examples")
+    p.add_argument("--out", type=Path, help="the record (default results/examples.json)")
+    args = p.parse_args(argv)
+    record = examples_record([])
+    rows = []
+    for name in args.only:
+        rows.append(run_example(name, args.work, record["commit"], args.quick))
+        print(f"{name}: {rows[-1][2]}", file=sys.stderr, flush=True)
+    (args.work / "rows.json").write_text(json.dumps(rows, indent=1))
+    finish(examples_record(rows), args.out)
 
 
 if __name__ == "__main__":
