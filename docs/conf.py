@@ -28,7 +28,7 @@ napoleon_use_rtype = False  # prose "Returns:" lines stay one line, not a "Retur
 autodoc_member_order = "bysource"
 autodoc_default_options = {"show-inheritance": True}  # members: per directive
 autodoc_typehints = "signature"
-default_role = "code"  # `x` in a docstring is code, as in the README
+default_role = "code"  # `x` in a docstring is code, as in Markdown
 smartquotes = False  # keep "--flag" and quotes as written (no en dashes in flags)
 
 exclude_patterns = ["_build", "_ext"]
