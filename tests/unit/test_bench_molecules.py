@@ -1,0 +1,154 @@
+"""The molecule benchmark's pure parts: the split columns both tools read, the
+validation-report CSV, the resumable results, the tables and the cost rounds in turn."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from setattn.datasets.files import read_column
+from setattn.molprop import splits
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture()
+def bench(monkeypatch):
+    """The benchmark's modules, importable from benchmarks/ for this test only."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import molecule_jobs
+    import molecules
+
+    return molecule_jobs, molecules
+
+
+def _chemprop_parts(path: Path, column: str) -> tuple[list[int], list[int], list[int]]:
+    """The row indices chemprop 2.3.1 takes for each part: rows grouped by the lower-cased
+    label of ``--splits-column`` (``chemprop/cli/train.py``)."""
+    groups = defaultdict(list)
+    with open(path, newline="") as handle:
+        for i, row in enumerate(csv.DictReader(handle)):
+            groups[row[column].lower()].append(i)
+    return groups["train"], groups["val"], groups["test"]
+
+
+@pytest.mark.parametrize("kind", ["random", "scaffold"])
+def test_split_column_gives_both_tools_the_same_disjoint_covering_parts(bench, tmp_path, kind):
+    jobs, _ = bench
+    table = jobs.load_set("freesolv")
+    n = len(table.smiles)
+    columns = {jobs.column_name(kind, s): jobs.split_labels(kind, table.smiles, s)
+               for s in (20, 21)}
+    path = jobs.write_csv(tmp_path / "data.csv", table, ("expt",), columns)
+    for seed in (20, 21):
+        column = jobs.column_name(kind, seed)
+        ours = splits.column(read_column(path, column), list(range(n)), column)
+        assert ours == _chemprop_parts(path, column)
+        assert sorted(i for part in ours for i in part) == list(range(n))
+        made = (splits.random(n, jobs.SIZES, seed) if kind == "random"
+                else splits.scaffold(table.smiles, jobs.SIZES, seed))
+        assert ours == tuple(sorted(part) for part in made)
+    assert columns[f"{kind}20"] != columns[f"{kind}21"]
+    with pytest.raises(ValueError, match="--splits"):
+        jobs.split_labels("kfold", table.smiles, 20)
+
+
+def test_huuskonen_merges_train_and_test_files(bench):
+    jobs, _ = bench
+    table = jobs.load_set("huuskonen")
+    y = table.targets()
+    assert y.shape == (1282, 1) and not np.isnan(y).any()
+    assert table.smiles[0] == "CCCCC" and y[0, 0] == pytest.approx(-3.18)
+    assert table.smiles[1025] == "CCC(C)CC" and y[1025, 0] == pytest.approx(-3.68)
+
+
+def test_validation_report_leaves_the_test_part_out(bench):
+    jobs, _ = bench
+    table = jobs.MoleculeTable(["C", "CC", "CCC", "CCCC", "CCO"],
+                               [["1"], ["2"], ["3"], [""], ["5"]])
+    sub, new = jobs.val_table(table, ["train", "test", "val", "train", "val"])
+    assert sub.smiles == ["C", "CCC", "CCCC", "CCO", "CCC", "CCO"]
+    assert new == ["train", "val", "train", "val", "test", "test"]
+    assert np.isnan(sub.targets()[2, 0]) and sub.targets()[4, 0] == 3.0
+
+
+def _record(tool: str, seed: int, metric: float, dataset: str = "freesolv", **more) -> dict:
+    return {"dataset": dataset, "split": "random", "seed": seed, "report": "test", "tool": tool,
+            "flags": "", "result": {"metric": metric, "parameters": 10, "seconds": 1.0,
+                                    "mol_per_s": 5.0, **more}}
+
+
+def test_results_file_replaces_a_rerun_and_keeps_the_others(bench, tmp_path):
+    jobs, _ = bench
+    jobs.save_result(tmp_path, _record("setattn", 20, 1.0))
+    jobs.save_result(tmp_path, _record("chemprop", 20, 2.0))
+    jobs.save_result(tmp_path, _record("setattn", 20, 0.5))
+    saved = jobs.load_results(tmp_path)
+    assert [(r["tool"], r["result"]["metric"]) for r in saved] == [("chemprop", 2.0),
+                                                                   ("setattn", 0.5)]
+
+
+def test_quality_table_names_the_best_mean_and_the_seed_wins(bench):
+    _, molecules = bench
+    records = [_record("setattn", 20, 1.0), _record("setattn", 21, 3.0),
+               _record("chemprop", 20, 1.5), _record("chemprop", 21, 2.0),
+               _record("chemprop_rdkit", 20, 1.8), _record("chemprop_rdkit", 21, 2.5)]
+    (row,) = molecules.quality_table(records, "test")["rows"]
+    assert row[4] == "2.000 +- 1.414" and row[7] == "1.750 +- 0.354"
+    assert row[9:] == ["chemprop 2.3.1", "1/2"]
+    auc = [_record(t, 20, m, "tox21") for t, m in (("setattn", 0.9), ("chemprop", 0.8))]
+    (row,) = molecules.quality_table(auc, "test")["rows"]
+    assert row[4] == "0.900" and row[9:] == ["setattn", "1/1"]
+
+
+def test_interval_table_keeps_the_rows_with_intervals(bench):
+    _, molecules = bench
+    records = [_record("setattn", s, 1.0, coverage=c, spearman=0.5, mean_width=2.0)
+               for s, c in ((10, 0.875), (11, 0.925))]
+    records.append(_record("setattn", 10, 0.9, "tox21"))
+    (row,) = molecules.interval_table(records)["rows"]
+    assert row == ["freesolv", "random", "90.0 %", "0.500", "2.000"]
+
+
+def test_each_tool_goes_first_in_turn(bench):
+    _, molecules = bench
+    assert [molecules._order(r)[0] for r in range(4)] == [
+        "setattn", "chemprop_w96", "chemprop", "setattn"]
+    assert all(sorted(molecules._order(r)) == sorted(molecules.ROUND_TOOLS) for r in range(4))
+
+
+def _round(ours: float, theirs: float, ours_s: float, default_s: float) -> dict:
+    return {"setattn": {"result": {"mol_per_s": ours, "seconds": ours_s, "parameters": 7}},
+            "chemprop_w96": {"result": {"mol_per_s": theirs, "seconds": 1.0}},
+            "chemprop": {"result": {"mol_per_s": 1.0, "seconds": default_s}}}
+
+
+def test_cost_ratios_are_medians_of_the_rounds_ratios(bench):
+    _, molecules = bench
+    # throughput ratios 3.0, 1.0, 2.0: median 2.0, where the ratio of the medians is
+    # 3000 / 1000 = 3.0; wall-time ratios 2.0, 0.5, 1.5: median 1.5
+    rounds = [_round(3000.0, 1000.0, 10.0, 20.0), _round(1000.0, 1000.0, 40.0, 20.0),
+              _round(6000.0, 3000.0, 20.0, 30.0)]
+    row = molecules.round_row("esol", "random", 10, rounds)
+    assert row[:5] == ["esol", "random", "10", "3", "7"]
+    assert row[5:9] == ["3000", "1000", "2.00x", "1.00x to 3.00x"]
+    assert row[9:] == ["20", "20", "1.50x", "0.50x to 2.00x"]
+
+
+def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, tmp_path):
+    jobs, molecules = bench
+    wide = " ".join(jobs.ANCHORS["chemprop_w96"])
+    full = [dict(_record("setattn", 10, 1.0)), dict(_record("chemprop", 10, 2.0)),
+            {**_record("chemprop_w96", 10, 2.0), "flags": wide}]
+    partial = full[:2] + [_record("chemprop_w96", 10, 2.0)]  # w96 without its flags
+    for r, records in enumerate([full, partial, full]):
+        (tmp_path / f"round{r}").mkdir()
+        (tmp_path / f"round{r}" / "results.json").write_text(json.dumps(records))
+    rounds = molecules.load_rounds(tmp_path)
+    assert list(rounds) == [("freesolv", "random", 10)]
+    assert len(rounds["freesolv", "random", 10]) == 2

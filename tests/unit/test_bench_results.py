@@ -1,0 +1,74 @@
+"""benchmarks/ holds maintained benchmarks only, each with one current record:
+every file of results/ belongs to a script, every record is well formed, at most 2
+files per script, at most 12 scripts, none over 500 lines or with a function over 80."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+RESULTS = BENCH / "results"
+PICTURES = {"scaling.png": "scaling"}  # results that are not records: file -> its script
+MAX_SCRIPTS, MAX_LINES, MAX_FUNCTION = 12, 500, 80
+
+
+def _scripts() -> list[Path]:
+    return sorted(BENCH.rglob("*.py"))
+
+
+def _owner(path: Path) -> str:
+    return PICTURES.get(path.name) or path.stem
+
+
+@pytest.fixture()
+def record(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import record
+
+    return record
+
+
+def test_at_most_twelve_scripts_each_short():
+    scripts = _scripts()
+    assert 0 < len(scripts) <= MAX_SCRIPTS, [p.name for p in scripts]
+    for path in scripts:
+        text = path.read_text()
+        assert len(text.splitlines()) <= MAX_LINES, path.name
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                assert length <= MAX_FUNCTION, f"{path.name}:{node.name} {length} lines"
+
+
+def test_every_result_belongs_to_a_script_at_most_two_each():
+    names = {p.stem for p in _scripts()}
+    files = [p for p in RESULTS.iterdir() if not p.name.startswith(".")]
+    assert files
+    for path in files:
+        assert path.suffix == ".json" or path.name in PICTURES, path.name
+        assert _owner(path) in names, f"{path.name} belongs to no script"
+    per_script: dict[str, int] = {}
+    for path in files:
+        per_script[_owner(path)] = per_script.get(_owner(path), 0) + 1
+    assert max(per_script.values()) <= 2, per_script
+
+
+def test_every_record_is_well_formed(record):
+    for path in sorted(RESULTS.glob("*.json")):
+        rec = json.loads(path.read_text())
+        assert record.problems(rec) == [], path.name
+        assert rec["benchmark"] == path.stem
+        assert rec["tables"] and all(t["rows"] for t in rec["tables"]), path.name
+        assert len(rec["commit"]) == 40 and rec["summary"].strip(), path.name
+
+
+def test_the_molecule_record_says_what_a_rerun_reproduced():
+    rec = json.loads((RESULTS / "molecules.json").read_text())
+    verified = rec["verified"]
+    assert set(verified["saved"]) == set(verified["rerun"])
+    equal = [k for k in verified["saved"] if verified["saved"][k] == verified["rerun"][k]]
+    assert verified["reproduced"] == (equal == list(verified["saved"]))
