@@ -15,11 +15,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Main job: train on FreeSolv with the defaults (2 threads), print the test RMSE, predict the
 # same CSV and draw each atom's contribution to the prediction of one molecule.
+# DEMO_FLAGS adds train flags (the tests run `make demo DEMO_FLAGS="--epochs 2"`).
 DEMO := runs/freesolv
+DEMO_FLAGS :=
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(VENV)/bin/setattn train --data datasets/molecules/freesolv.csv --smiles-column smiles \
-		--target-columns expt --split random --seed 0 --num-threads 2 --output-dir $(DEMO)
+		--target-columns expt --split random --seed 0 --num-threads 2 --output-dir $(DEMO) \
+		$(DEMO_FLAGS)
 	$(VENV)/bin/setattn predict --model $(DEMO) --data datasets/molecules/freesolv.csv \
 		--output $(DEMO)/preds.csv
 	$(VENV)/bin/setattn explain --model $(DEMO) --smiles 'CN(C)C(=O)c1ccc(cc1)OC' \
@@ -46,6 +49,18 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks
+
+# The cheap benchmarks, each rewriting its record benchmarks/results/<name>.json (about
+# 15 minutes on 2 cores; timings depend on the machine's load, which each record notes).
+# The molecule, attribution and examples benchmarks take hours: run them by hand
+# (each script's docstring gives its command).
+bench: $(STAMP)
+	$(PY) benchmarks/engine.py --threads 1
+	$(PY) benchmarks/layers.py --threads 1 --repeats 20
+	$(PY) benchmarks/scaling.py --threads 1
+	$(PY) benchmarks/featurize.py --threads 1
+	$(PY) benchmarks/compile.py
+	$(PY) benchmarks/predict_scale.py --n 100000 --anchor 20000
 
 clean:
 	rm -rf $(VENV) runs docs/_build

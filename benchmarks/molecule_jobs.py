@@ -324,7 +324,7 @@ class Job:
 
 def split_data(dataset: str, table: MoleculeTable, kind: str, seed: int, settings: RunSettings,
                columns: dict[str, list[str]]) -> Job:
-    """The CSV both tools read for one split (see ``molecule_sets``'s docstring).
+    """The CSV both tools read for one split (see the module docstring).
 
     ``columns`` holds every split column of the call's test-report CSV; with
     ``report="test"`` that one CSV (written by the caller) serves all splits, with

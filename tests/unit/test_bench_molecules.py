@@ -152,3 +152,38 @@ def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, tmp_path):
     rounds = molecules.load_rounds(tmp_path)
     assert list(rounds) == [("freesolv", "random", 10)]
     assert len(rounds["freesolv", "random", 10]) == 2
+
+
+def test_an_ensembles_shared_kernel_ridge_is_counted_once(bench, monkeypatch):
+    jobs, _ = bench
+    import torch
+
+    kernel = torch.nn.Module()
+    kernel.centres, kernel.alpha = torch.zeros(50, 8), torch.zeros(50, 1)
+    members = []
+    for _ in range(3):
+        member = torch.nn.Linear(4, 1)  # 5 trainable numbers
+        member.kernel = kernel
+        members.append(member)
+    monkeypatch.setattr(jobs, "load_run", lambda run_dir: (members, None))
+    metrics = {"test": {"rmse": 1.0}, "models": [{"epochs_run": 7}] * 3, "train_seconds": 2.0}
+    result = jobs.setattn_result(metrics, Path("unused"), "rmse")
+    assert result["kernel_numbers"] == 50 * 8 + 50
+    assert result["parameters"] == 3 * 5 and result["epochs"] == 21
+
+
+def test_setattn_featurises_with_the_tools_thread_count(bench, monkeypatch, tmp_path):
+    """setattn's runs featurise in as many processes as each tool has threads, cache off."""
+    jobs, _ = bench
+    seen = {}
+
+    def fake_timed(cmd, log, threads, **env):
+        seen.update(env, threads=threads)
+        raise RuntimeError("stop before training")
+
+    monkeypatch.setattr(jobs, "timed", fake_timed)
+    settings = jobs.RunSettings(tmp_path, "test", threads=1)
+    job = jobs.Job("esol", "random", 10, tmp_path / "data.csv", "random10", [], table=None)
+    with pytest.raises(RuntimeError, match="stop before training"):
+        jobs._run_setattn(job, tmp_path / "run", settings)
+    assert seen == {"threads": 1, "SETATTN_CACHE_DIR": "off", "SETATTN_FEATURIZE_WORKERS": "1"}
