@@ -59,8 +59,12 @@ def subprocess_env() -> dict[str, str]:
 
 
 def run(argv: Sequence[str], capsys) -> tuple[int, str, str]:
-    """Run ``setattn ARGV`` in-process; returns (exit status, stdout, stderr)."""
-    status = cli.main([str(a) for a in argv])
+    """Run ``setattn ARGV`` in-process; returns (exit status, stdout, stderr). argparse's
+    errors (usage, a flag out of range) exit with status 2, as the command does."""
+    try:
+        status = cli.main([str(a) for a in argv])
+    except SystemExit as exit_:
+        status = exit_.code
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 

@@ -4,12 +4,13 @@
     setattn predict --model DIR --data CSV --output preds.csv
     setattn explain --model DIR (--smiles S --output PIC.png | --data CSV --output DIR) [...]
 
-A thin layer over ``setattn.molprop``: ``parser`` (the flags), ``process`` (the process
-settings only a program may make), and one module per command. Bad input (a missing
-file or column, a non-numeric target, a foreign checkpoint, a flag out of range) ends
-the command with exit status 2 and one message naming the file, row, column or
-argument; an interrupted ``train`` (Ctrl-C) exits with 130 and is continued by the same
-command with ``--resume``.
+A thin layer over ``setattn.molprop``: ``flags`` (each command's own flags, declared as
+dataclass fields like the run's settings), ``parser`` (the flags of those fields),
+``process`` (the process settings only a program may make), and one module per
+command. Bad input (a missing file or column, a non-numeric target, a foreign
+checkpoint, a flag out of range) ends the command with exit status 2 and one message
+naming the file, row, column or argument; an interrupted ``train`` (Ctrl-C) exits with
+130 and is continued by the same command with ``--resume``.
 
 ``train`` runs data-parallel when started by ``torchrun`` (see
 ``setattn.molprop.distributed``):
@@ -24,10 +25,11 @@ from collections.abc import Sequence
 
 from setattn.cli import process
 from setattn.cli.explain import cmd_explain
-from setattn.cli.parser import build_parser
+from setattn.cli.parser import build_parser, flag_name
 from setattn.cli.predict import cmd_predict
 from setattn.cli.train import cmd_train
 from setattn.molprop.checkpoint import CheckpointError
+from setattn.molprop.options import SettingError
 
 __all__ = ["build_parser", "main"]
 
@@ -35,16 +37,15 @@ __all__ = ["build_parser", "main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``setattn`` command; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.num_threads < 1:
-        parser.error(f"argument --num-threads: must be >= 1, got {args.num_threads}")
-    if args.command == "train" and not 0 <= args.checkpoint_seconds < float("inf"):
-        parser.error(f"argument --checkpoint-seconds: must be >= 0 and finite, "
-                     f"got {args.checkpoint_seconds}")
+    args = parser.parse_args(argv)  # flags out of range end here (argparse's error)
     process.set_up(args.command, args.num_threads)
     command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain}[args.command]
     try:
         return command(args)
+    except SettingError as err:  # named by its flag here, by its keyword in the library
+        print(f"setattn {args.command}: error: argument {flag_name(err.name)}: {err.reason}",
+              file=sys.stderr)
+        return 2
     except (FileNotFoundError, CheckpointError, ValueError) as err:
         print(f"setattn {args.command}: error: {err}", file=sys.stderr)
         return 2

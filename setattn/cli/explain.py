@@ -92,8 +92,6 @@ def _rows(path: str, column: str) -> list[tuple[int, str]]:
 
 def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) -> int:
     out = Path(args.output)
-    if args.max_pictures < 0:
-        raise ValueError(f"argument --max-pictures: must be >= 0, got {args.max_pictures}")
     rows = _rows(args.data, args.smiles_column)
     out.mkdir(parents=True, exist_ok=True)
     errors, explained = [], 0
@@ -129,7 +127,11 @@ def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) 
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    """Explain one SMILES (a picture) or a CSV (a folder). Returns the exit status."""
+    """Explain one SMILES (a picture) or a CSV (a folder). Returns the exit status.
+
+    Args:
+        args: the flags of ``setattn.cli.flags.ExplainFlags``, in range.
+    """
     if args.device != "auto" and resolve_device(args.device).type != "cpu":
         raise ValueError(f"argument --device: explanations run on the CPU (got {args.device})")
     inputs = run_file_paths(Path(args.model))

@@ -1,77 +1,90 @@
-"""The ``setattn`` argument parser. ``train``'s settings come from the config dataclasses
-(``setattn.molprop.config.option``), so each flag is defined once, beside its default."""
+"""The ``setattn`` argument parser. Every flag is a dataclass field made with ``option``:
+``train``'s come from the run's config dataclasses (``setattn.molprop.config``) and
+``TrainFlags``, ``predict``'s from ``PredictFlags``, ``explain``'s from ``ExplainFlags``
+(``setattn.cli.flags``), so each flag is defined once, beside its default and the range
+of values it accepts."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, Field
+from typing import Any
 
-from setattn.cli.process import DEFAULT_THREADS
-from setattn.explain import METHODS
-from setattn.molprop.explain import DEFAULT_METHOD
-from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.loop import CHECKPOINT_SECONDS
-from setattn.molprop.settings import DEFAULT_DESCRIPTORS, run_flags
+from setattn.cli.flags import RUN_DIR_FLAGS, ExplainFlags, PredictFlags, TrainFlags
+from setattn.molprop.options import Range, flag_fields, range_error
+from setattn.molprop.settings import run_flags
 
-DEVICE = next(f for _, f in run_flags() if f.name == "device")
-"""The config field behind every command's ``--device``."""
+__all__ = ["build_parser", "flag_name"]
 
-__all__ = ["DEFAULT_DESCRIPTORS", "build_parser", "run_flags"]
 
 def flag_name(name: str) -> str:
     """``--split-sizes`` for the field ``split_sizes``."""
     return "--" + name.replace("_", "-")
 
 
-def _default_text(f: Field) -> str:
-    default = f.default_factory() if f.default is MISSING else f.default
-    if default is None:
-        return ""
+def _default(f: Field) -> Any:
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def _help(f: Field) -> str:
+    """The field's help text, with ``(default: ...)`` unless it says the default itself."""
+    default = _default(f)
+    if default is None or not f.metadata["show_default"]:
+        return f.metadata["help"]
     shown = " ".join(map(str, default)) if isinstance(default, list) else default
-    return f" (default: {shown})"
+    return f"{f.metadata['help']} (default: {shown})"
 
 
-def _add_config_flags(train: argparse.ArgumentParser) -> None:
-    """One flag per config field; left out, a flag is None (the default, or the run's
-    own setting with --resume)."""
-    for _, f in run_flags():
-        settings = {k: v for k, v in f.metadata.items() if k != "help"}
-        train.add_argument(flag_name(f.name), dest=f.name, default=None,
-                           help=f.metadata["help"] + _default_text(f), **settings)
+def _checked(kind: Callable[[str], Any], allowed: Range) -> Callable[[str], Any]:
+    """An argparse ``type``: the flag's text read as ``kind`` and checked against
+    ``allowed``; argparse names the flag in the error (``argument --epochs: must be
+    >= 1, got 0``) and exits with status 2."""
+    def read(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid {kind.__name__} value: {text!r}") from None
+        reason = range_error(value, allowed)
+        if reason is not None:
+            raise argparse.ArgumentTypeError(reason)
+        return value
+    return read
+
+
+def _add_flags(parser: argparse.ArgumentParser, flags: Iterable[Field],
+               left_out_is_none: bool = False) -> None:
+    """One flag per field, in order; fields naming the same ``group`` form a required
+    choice of one of their flags.
+
+    Args:
+        left_out_is_none: a flag left out is None (``train``'s run settings: the default,
+            or the run's own setting with --resume) rather than the field's default.
+    """
+    groups: dict[str, Any] = {}  # argparse's mutually exclusive groups, by name
+    for f in flags:
+        settings = dict(f.metadata["flag"])
+        if f.metadata["range"] is not None:
+            settings["type"] = _checked(settings["type"], f.metadata["range"])
+        where = parser
+        group = f.metadata["group"]
+        if group is not None:
+            if group not in groups:
+                groups[group] = parser.add_mutually_exclusive_group(required=True)
+            where = groups[group]
+        where.add_argument(flag_name(f.name), dest=f.name, help=_help(f),
+                           default=None if left_out_is_none else _default(f), **settings)
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train a model (or an ensemble) on a CSV of SMILES",
                            description="Train on a CSV of SMILES and targets. Flags left out "
                            "take the defaults shown; with --resume they come from the run.")
-    train.add_argument("--output-dir", required=True, help="run directory to write")
-    train.add_argument("--resume", action="store_true",
-                       help="continue the interrupted run in --output-dir")
-    _add_config_flags(train)
-    train.add_argument("--descriptors", choices=["none", "rdkit"],
-                       help="append RDKit 2D descriptors to the readout (default: "
-                       f"{DEFAULT_DESCRIPTORS})")
-    train.add_argument("--checkpoint-seconds", type=float, default=CHECKPOINT_SECONDS,
-                       metavar="S", help="least training time between two writes of "
-                       "last.pt, which --resume continues from; it is also written at the "
-                       "end and on Ctrl-C or an error, so only a process killed outright "
-                       "loses up to S seconds of training (default: "
-                       f"{CHECKPOINT_SECONDS:g}; 0: after every epoch)")
-    _add_threads(train)
-
-
-def _add_device(parser: argparse.ArgumentParser, note: str = "") -> None:
-    """``--device`` of ``predict`` and ``explain``: ``train``'s flag (the field
-    ``TrainConfig.device``), with its default and the command's own ``note``."""
-    parser.add_argument(flag_name(DEVICE.name), default=DEVICE.default,
-                        metavar=DEVICE.metadata["metavar"],
-                        help=DEVICE.metadata["help"] + _default_text(DEVICE) + note)
-
-
-def _add_threads(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--num-threads", type=int, default=DEFAULT_THREADS,
-                        help=f"torch CPU threads (default: {DEFAULT_THREADS}; small molecule "
-                        "batches rarely gain from more)")
+    own = flag_fields(TrainFlags)
+    _add_flags(train, [f for f in own if f.name in RUN_DIR_FLAGS])
+    _add_flags(train, [f for _, f in run_flags()], left_out_is_none=True)
+    _add_flags(train, [f for f in own if f.name not in RUN_DIR_FLAGS])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,46 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="setattn", description="Molecule property prediction with attention over atoms.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
-
     predict = sub.add_parser("predict", help="predict the targets of a CSV of SMILES",
                              description="One output row per input row, in order; an "
                              "unparsable SMILES gets empty predictions and a message in the "
                              "error column. An ensemble adds a <target>_std column per target.")
-    predict.add_argument("--model", required=True, help="run directory (or one best.pt)")
-    predict.add_argument("--data", required=True, help="CSV file with a header line")
-    predict.add_argument("--output", required=True, help="CSV file to write")
-    predict.add_argument("--smiles-column", help="default: the one the model was trained with")
-    predict.add_argument("--encoding", help="text encoding of the CSV, e.g. latin-1 or cp1252 "
-                         "(default: UTF-8, or UTF-16 with its byte-order mark)")
-    predict.add_argument("--max-heavy-atoms", type=int, metavar="N",
-                         help="molecules with more heavy atoms get no prediction (default: "
-                         f"the run's setting, {MAX_HEAVY_ATOMS} unless it set another)")
-    predict.add_argument("--workers", type=int, default=1,
-                         help="processes featurising and predicting chunks in parallel "
-                         "(default: 1, this process alone); the output is the same")
-    _add_device(predict)
-    _add_threads(predict)
-
+    _add_flags(predict, flag_fields(PredictFlags))
     explain = sub.add_parser(
         "explain", help="each atom's contribution to the model's prediction",
         description="One contribution per atom to the prediction predict makes (an "
         "ensemble's mean), in the target's units (logits for classification). --smiles "
         "draws one molecule; --data explains every row of a CSV into a folder (atoms.csv, "
         "molecules.csv, pictures, errors.csv).")
-    explain.add_argument("--model", required=True, help="run directory (or one best.pt)")
-    given = explain.add_mutually_exclusive_group(required=True)
-    given.add_argument("--smiles", help="one molecule: --output is its picture")
-    given.add_argument("--data", help="a CSV of molecules: --output is a folder")
-    explain.add_argument("--smiles-column", help="with --data; default: the one the model "
-                         "was trained with")
-    explain.add_argument("--output", required=True,
-                         help="picture (.png or .svg) for --smiles, folder for --data")
-    explain.add_argument("--method", choices=list(METHODS), default=DEFAULT_METHOD,
-                         help=f"how contributions are measured (default: {DEFAULT_METHOD}, "
-                         "the best on benchmarks/attribution.py's validation molecules)")
-    explain.add_argument("--target", help="the target explained (default: the first)")
-    explain.add_argument("--max-pictures", type=int, default=50,
-                         help="with --data: pictures of the first N molecules (default: 50)")
-    _add_device(explain, "; explanations run on the CPU, so auto means cpu here")
-    _add_threads(explain)
+    _add_flags(explain, flag_fields(ExplainFlags))
     return parser

@@ -12,18 +12,18 @@ from setattn.datasets.files import check_encoding, existing_file
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.run_files import check_output_file, run_file_paths
 from setattn.molprop.predict import predict_csv
+from setattn.molprop.run_files import check_output_file, run_file_paths
 
 __all__ = ["cmd_predict"]
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    """Predict; print the row counts. Returns the exit status."""
-    if args.workers < 1:
-        raise ValueError(f"argument --workers: must be >= 1, got {args.workers}")
-    if args.max_heavy_atoms is not None and args.max_heavy_atoms < 1:
-        raise ValueError(f"argument --max-heavy-atoms: must be >= 1, got {args.max_heavy_atoms}")
+    """Predict; print the row counts. Returns the exit status.
+
+    Args:
+        args: the flags of ``setattn.cli.flags.PredictFlags``, in range.
+    """
     check_encoding(args.encoding)
     existing_file(args.data, "--data")
     check_output_file(args.output, {"--data": args.data, **run_file_paths(Path(args.model))})

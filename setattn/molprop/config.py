@@ -10,16 +10,22 @@ its help text and its default, so adding a setting is one line here.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from setattn.datasets.files import check_encoding
 from setattn.molprop import splits
 from setattn.molprop.device import DEVICE_HELP, PRECISIONS, resolve_device
-from setattn.molprop.limits import KERNEL_MAX_TRAIN, MAX_HEAVY_ATOMS, RUN_BOUNDS, check_bounds
+from setattn.molprop.limits import KERNEL_MAX_TRAIN, MAX_HEAVY_ATOMS, RUN_BOUNDS
 from setattn.molprop.model import MoleculeModelConfig
-from setattn.molprop.options import config_from_dict, flag_fields, key_error, option
+from setattn.molprop.options import (
+    Range,
+    check_ranges,
+    config_from_dict,
+    flag_fields,
+    key_error,
+    option,
+)
 from setattn.molprop.run_files import check_prediction_columns
 
 __all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig",
@@ -47,12 +53,16 @@ class TrainConfig:
             weights; validation and prediction stay eager).
     """
 
-    epochs: int = option(60, "maximum number of epochs", type=int)
-    batch_size: int | None = option(96, "molecules per batch", type=int)
-    lr: float = option(1e-3, "peak learning rate (AdamW, OneCycle schedule)", type=float)
-    weight_decay: float = option(0.0, "AdamW weight decay", type=float)
+    epochs: int = option(60, "maximum number of epochs", type=int,
+                         bounds=Range(1, largest=RUN_BOUNDS["epochs"]))
+    batch_size: int | None = option(96, "molecules per batch", type=int,
+                                    bounds=Range(1, largest=RUN_BOUNDS["batch_size"]))
+    lr: float = option(1e-3, "peak learning rate (AdamW, OneCycle schedule)", type=float,
+                       bounds=Range(0, low_open=True, finite=True))
+    weight_decay: float = option(0.0, "AdamW weight decay", type=float,
+                                 bounds=Range(0, finite=True))
     patience: int = option(20, "early stopping: epochs without a better validation metric",
-                           type=int)
+                           type=int, bounds=Range(1))
     seed: int = 0
     device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
     precision: str = option("fp32", "fp32, or bf16: bfloat16 autocast of the training forward "
@@ -62,23 +72,13 @@ class TrainConfig:
                            "pays on large training sets", action="store_true")
 
     def validate(self) -> None:
-        """Raises ValueError naming the flag of a setting out of range."""
-        for name in ("epochs", "patience"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"argument --{name}: must be >= 1, got {getattr(self, name)}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"argument --batch-size: must be >= 1, got {self.batch_size}")
-        if not 0 < self.lr < math.inf:
-            raise ValueError(f"argument --lr: must be > 0 and finite, got {self.lr}")
-        if not 0 <= self.weight_decay < math.inf:
-            raise ValueError(f"argument --weight-decay: must be >= 0 and finite, "
-                             f"got {self.weight_decay}")
+        """Raises ValueError naming a setting out of range (``SettingError``: its
+        keyword) or a device that is not there."""
+        check_ranges(self)
         resolve_device(self.device)  # a clear error now if CUDA is asked for and absent
         if self.precision not in PRECISIONS:
             raise ValueError(f"argument --precision: must be fp32 or bf16, got "
                              f"{self.precision!r}")
-        check_bounds({"epochs": self.epochs, "batch_size": self.batch_size}, RUN_BOUNDS,
-                     {"epochs": "argument --epochs", "batch_size": "argument --batch-size"})
 
 
 @dataclass
@@ -123,10 +123,11 @@ class RunConfig:
     split_sizes: list[float] = option([0.8, 0.1, 0.1], "train, validation and test fractions",
                                       nargs=3, type=float, metavar=("TRAIN", "VAL", "TEST"))
     seed: int = option(0, "split seed; ensemble member k uses seed + k for its "
-                       "initialisation and batch order", type=int)
+                       "initialisation and batch order", type=int, bounds=Range(0))
     fold: int = option(0, "test fold of --split kfold (round(1 / test fraction) folds)",
                        type=int)
-    ensemble_size: int = option(3, "models trained on the same split", type=int)
+    ensemble_size: int = option(3, "models trained on the same split", type=int,
+                                bounds=Range(1, largest=RUN_BOUNDS["ensemble_size"]))
     strict: bool = option(False, "stop on an invalid or empty SMILES instead of skipping it",
                           action="store_true")
     kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "
@@ -138,14 +139,16 @@ class RunConfig:
                                "with several tasks too)",
                                choices=["auto", "on", "off"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
-                                  "with more heavy atoms, as invalid SMILES are", type=int)
+                                  "with more heavy atoms, as invalid SMILES are", type=int,
+                                  bounds=Range(1, largest=RUN_BOUNDS["max_heavy_atoms"]))
     encoding: str | None = option(None, "text encoding of the CSV, e.g. latin-1 or cp1252 "
                                   "(default: UTF-8, or UTF-16 with its byte-order mark)")
     train: TrainConfig = field(default_factory=TrainConfig)
     model: MoleculeModelConfig = field(default_factory=MoleculeModelConfig)
 
     def validate(self) -> None:
-        """Raises ValueError naming the flag of a setting out of range."""
+        """Raises ValueError naming a setting that is missing, out of range (a
+        ``SettingError``, naming its keyword) or at odds with another."""
         if not self.data:
             raise ValueError("argument --data is required (unless --resume)")
         if not self.target_columns:
@@ -165,23 +168,13 @@ class RunConfig:
             raise ValueError(f"argument --split: must be one of {list(splits.SPLITS)}, "
                              f"got {self.split!r}")
         splits.check_sizes(self.split_sizes)
-        if self.ensemble_size < 1:
-            raise ValueError(f"argument --ensemble-size: must be >= 1, got {self.ensemble_size}")
-        if self.seed < 0:
-            raise ValueError(f"argument --seed: must be >= 0, got {self.seed}")
+        check_ranges(self)
         if self.kernel_ridge not in ("auto", "on", "off"):
             raise ValueError(f"argument --kernel-ridge: must be auto, on or off, "
                              f"got {self.kernel_ridge!r}")
         if self.kernel_ridge == "on" and not self.model.descriptor_dim:
             raise ValueError("argument --kernel-ridge: on needs descriptors (it regresses "
                              "on them), not --descriptors none")
-        if self.max_heavy_atoms < 1:
-            raise ValueError(f"argument --max-heavy-atoms: must be >= 1, "
-                             f"got {self.max_heavy_atoms}")
-        check_bounds({"ensemble_size": self.ensemble_size,
-                      "max_heavy_atoms": self.max_heavy_atoms}, RUN_BOUNDS,
-                     {"ensemble_size": "argument --ensemble-size",
-                      "max_heavy_atoms": "argument --max-heavy-atoms"})
         check_encoding(self.encoding)
         self.train.validate()
         self.model.validate()

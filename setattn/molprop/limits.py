@@ -5,9 +5,11 @@ sizes, and the memory a training run needs against the memory the machine has.
   whose featurisation runs past the time budget, are skipped and reported like invalid
   SMILES (RDKit's ``AvgIpc`` descriptor alone takes about 6 s on a 300-atom chain and
   grows as N^4, so without a size limit one long chain holds up a whole data set).
-- ``MODEL_BOUNDS``: the largest model sizes accepted from flags, ``config.json`` files
-  and checkpoints, checked before anything is allocated (a checkpoint claiming a width
-  of 12,000 is refused by its config, not after gigabytes of allocation).
+- ``MODEL_BOUNDS`` and ``RUN_BOUNDS``: the largest model and run sizes accepted from
+  flags, ``config.json`` files and checkpoints, the ``largest`` of the config fields'
+  ranges (``setattn.molprop.options.Range``), checked before anything is allocated (a
+  checkpoint claiming a width of 12,000 is refused by its config, not after gigabytes of
+  allocation).
 - ``kernel_size``: whether a run's kernel ridge is fitted, within ``KERNEL_MAX_TRAIN``
   training molecules and the memory its fit needs.
 - ``training_memory`` / ``check_memory``: a simple estimate of the memory a training run
@@ -23,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["FEATURIZE_SECONDS", "MAX_HEAVY_ATOMS", "MODEL_BOUNDS", "RUN_BOUNDS",
-           "TYPICAL_ATOMS", "MemoryEstimate", "available_memory", "check_bounds",
-           "check_memory", "parameter_count", "training_memory"]
+           "TYPICAL_ATOMS", "MemoryEstimate", "available_memory", "check_memory",
+           "parameter_count", "training_memory"]
 
 MAX_HEAVY_ATOMS = 300
 """Default ``--max-heavy-atoms``: molecules with more heavy atoms are skipped."""
@@ -48,22 +50,6 @@ TYPICAL_ATOMS = 30
 
 _ACTIVATIONS_PER_LAYER = 18  # (N, D) floats one attention layer keeps for backward
 _ACTIVATIONS_OTHER = 6  # embedding, pooling, head
-
-
-def check_bounds(values: dict, bounds: dict[str, int], label: dict[str, str]) -> None:
-    """Raise ``ValueError`` for a size above its bound.
-
-    Args:
-        values: sizes by name (names missing from it, or None, are not checked).
-        bounds: the largest value of each name.
-        label: how each name is called in the message (a flag or a file key); the
-            name itself where missing.
-    """
-    for name, bound in bounds.items():
-        value = values.get(name)
-        if isinstance(value, int) and value > bound:
-            raise ValueError(f"{label.get(name, name)}: {value} is above {bound:,}, the "
-                             f"largest setattn accepts")
 
 
 def parameter_count(hidden: int, layers: int, *, num_tasks: int = 1,

@@ -35,8 +35,8 @@ from torch_geometric.utils import scatter
 
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
 from setattn.molprop.kernel import KernelRidge
-from setattn.molprop.limits import MODEL_BOUNDS, check_bounds
-from setattn.molprop.options import config_from_dict, option
+from setattn.molprop.limits import MODEL_BOUNDS
+from setattn.molprop.options import Range, bounded, check_ranges, config_from_dict, option
 from setattn.nn import DistanceBiasedBlock, GATConv, GATv2Conv, GlobalAttentionPool, hop_buckets
 from setattn.topology import complete, ptr_from_batch
 
@@ -70,25 +70,30 @@ class MoleculeModelConfig:
             share one bias.
     """
 
-    num_tasks: int = 1
+    num_tasks: int = bounded(1, Range(1, largest=MODEL_BOUNDS["num_tasks"]))
     task: str = "regression"
-    hidden: int = option(96, "atom state width (divisible by --heads)", type=int)
-    layers: int = option(1, "graph attention layers", type=int)
-    heads: int = option(4, "attention heads per layer and in the readout", type=int)
+    hidden: int = option(96, "atom state width (divisible by --heads)", type=int,
+                         bounds=Range(1, largest=MODEL_BOUNDS["hidden"]))
+    layers: int = option(1, "graph attention layers", type=int,
+                         bounds=Range(0, largest=MODEL_BOUNDS["layers"]))
+    heads: int = option(4, "attention heads per layer and in the readout", type=int,
+                        bounds=Range(1, largest=MODEL_BOUNDS["heads"]))
     conv: str = option("gat", "graph attention layers: gat (one projection per layer, "
                        "scores from per-atom terms), or gatv2 (scores from every atom pair's "
                        "features: slower)", choices=["gat", "gatv2"])
     norm: str = "none"
-    dropout: float = option(0.0, "dropout in the head and on attention weights", type=float)
-    descriptor_dim: int = 0
-    atom_dim: int = ATOM_FEATURE_DIM
-    bond_dim: int = BOND_FEATURE_DIM
-    kernel_size: int = 0
+    dropout: float = option(0.0, "dropout in the head and on attention weights", type=float,
+                            bounds=Range(0, below=1))
+    descriptor_dim: int = bounded(0, Range(0, largest=MODEL_BOUNDS["descriptor_dim"]))
+    atom_dim: int = bounded(ATOM_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["atom_dim"]))
+    bond_dim: int = bounded(BOND_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["bond_dim"]))
+    kernel_size: int = bounded(0, Range(0, largest=MODEL_BOUNDS["kernel_size"]))
     global_layers: int = option(0, "follow each of the last N graph attention layers by "
                                 "global attention over all atoms of the molecule, biased "
                                 "by bond distance", type=int)
     max_hops: int = option(8, "bond distances of this many hops or more share one bias "
-                           "in the global attention", type=int)
+                           "in the global attention", type=int,
+                           bounds=Range(1, largest=MODEL_BOUNDS["max_hops"]))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -101,41 +106,24 @@ class MoleculeModelConfig:
         return config_from_dict(cls, d, source, prefix)
 
     def validate(self) -> None:
+        """Raises ValueError naming a setting out of range (``SettingError``: its
+        keyword, before anything is allocated: a file may claim any size) or at odds
+        with another."""
+        check_ranges(self)
         if self.task not in ("regression", "classification"):
             raise ValueError(f"task must be 'regression' or 'classification', got {self.task!r}")
         if self.conv not in ("gat", "gatv2"):
             raise ValueError(f"argument --conv: must be 'gat' or 'gatv2', got {self.conv!r}")
         if self.norm not in ("none", "layer"):
             raise ValueError(f"norm must be 'none' or 'layer', got {self.norm!r}")
-        if self.num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1, got {self.num_tasks}")
-        # the settings ``setattn train`` takes as flags, named by their flag
-        for name in ("hidden", "heads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"argument --{name}: must be >= 1, got {getattr(self, name)}")
         if self.hidden % self.heads:
             raise ValueError(f"argument --hidden: {self.hidden} is not divisible by --heads "
                              f"{self.heads}")
-        if self.layers < 0:
-            raise ValueError(f"argument --layers: must be >= 0, got {self.layers}")
         if not 0 <= self.global_layers <= self.layers:
             raise ValueError(f"argument --global-layers: must be between 0 and --layers "
                              f"{self.layers}, got {self.global_layers}")
-        if self.max_hops < 1:
-            raise ValueError(f"argument --max-hops: must be >= 1, got {self.max_hops}")
-        if self.kernel_size < 0:
-            raise ValueError(f"kernel_size must be >= 0, got {self.kernel_size}")
         if self.kernel_size and not self.descriptor_dim:
             raise ValueError("the kernel ridge needs descriptors")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"argument --dropout: must be >= 0 and < 1, got {self.dropout}")
-        for name in ("num_tasks", "descriptor_dim", "atom_dim", "bond_dim"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        # before anything is allocated: a file may claim any size
-        check_bounds(asdict(self), MODEL_BOUNDS, {name: f"argument --{name.replace('_', '-')}"
-                                                  for name in ("hidden", "heads", "layers",
-                                                               "max_hops")})
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:

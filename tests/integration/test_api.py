@@ -171,7 +171,7 @@ def test_validation_set_and_multitask_classification(tmp_path):
 @pytest.mark.parametrize("make, error, needle", [
     (lambda: MoleculePredictor(epoch=3), TypeError, "unknown option(s) ['epoch']"),
     (lambda: MoleculePredictor(data="x.csv"), TypeError, "unknown option(s) ['data']"),
-    (lambda: MoleculePredictor(epochs=0), ValueError, "argument --epochs: must be >= 1"),
+    (lambda: MoleculePredictor(epochs=0), ValueError, "epochs must be >= 1, got 0"),
     (lambda: MoleculePredictor("ranking"), ValueError, "argument --task"),
     (lambda: MoleculePredictor(descriptors="morgan"), ValueError, "argument --descriptors"),
     (lambda: MoleculePredictor(device="gpu"), ValueError, "argument --device"),

@@ -257,7 +257,7 @@ def test_outputs_that_are_directories_files_or_unwritable(tmp_path, capsys, mode
     (lambda c: {**c, "colour": "red"}, "unknown key(s) ['colour']"),
     (lambda c: {**c, "train": {**c["train"], "epochs": None}}, "key 'train.epochs'"),
     (lambda c: {**c, "model": {**c["model"], "hidden": 12000}},
-     "key 'model.hidden': 12000 is above 8,192"),
+     "key 'model.hidden': must be <= 8,192 (the largest setattn accepts), got 12000"),
     (lambda c: {**c, "model": 3}, "key 'model' holds a JSON int"),
 ])
 def test_malformed_config_json_names_the_key(tmp_path, capsys, model, edit, needle):
@@ -290,7 +290,7 @@ def test_checkpoint_claiming_absurd_width_is_refused_before_building(tmp_path, c
     monkeypatch.setattr(checkpoint, "MoleculeModel", lambda config: built.append(config))
     status, _, err = run(["predict", "--model", path, "--data", _FREESOLV, "--output",
                           tmp_path / "p.csv"], capsys)
-    _refused(status, err, "best.pt: key 'config.hidden': 12000 is above 8,192",
+    _refused(status, err, "best.pt: key 'config.hidden': must be <= 8,192",
              "refused before building it")
     assert built == []  # no model of that width was ever made
 
@@ -298,10 +298,12 @@ def test_checkpoint_claiming_absurd_width_is_refused_before_building(tmp_path, c
 def test_memory_hungry_flags_are_refused_with_the_estimate(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     status, _, err = _train(data, tmp_path / "run", capsys, "--hidden", "1000000000")
-    _refused(status, err, "--hidden", "this run needs about", "GB of memory", "available")
+    assert status == 2 and err.strip().splitlines()[-1] == (  # argparse's error, after usage
+        "setattn train: error: argument --hidden: must be <= 8,192 (the largest setattn "
+        "accepts), got 1000000000")
     status, _, err = _train(data, tmp_path / "run", capsys, "--hidden", "8192", "--layers",
                             "64", "--heads", "8", "--batch-size", "1000000")
-    _refused(status, err, "--batch-size", "this run needs about")
+    _refused(status, err, "--batch-size", "this run needs about", "GB of memory", "available")
     assert not (tmp_path / "run").exists()  # nothing half-made
 
 

@@ -48,9 +48,9 @@ def test_available_memory_is_known_on_linux():
 
 
 def test_model_bounds_are_checked_by_validate():
-    with pytest.raises(ValueError, match="argument --hidden: 12000 is above 8,192"):
+    with pytest.raises(ValueError, match="hidden must be <= 8,192 .*, got 12000"):
         MoleculeModelConfig(hidden=12000, heads=4).validate()
-    with pytest.raises(ValueError, match="num_tasks: 200000 is above"):
+    with pytest.raises(ValueError, match="num_tasks must be <= 100,000 .*, got 200000"):
         MoleculeModelConfig(num_tasks=200_000).validate()
     MoleculeModelConfig(hidden=8192, heads=8).validate()  # the bound itself is fine
 

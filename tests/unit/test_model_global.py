@@ -27,10 +27,10 @@ def test_config_round_trip_and_old_configs_default_to_off():
 @pytest.mark.parametrize("settings, message", [
     ({"layers": 2, "global_layers": 3}, "argument --global-layers: must be between 0 and"),
     ({"global_layers": -1}, "argument --global-layers"),
-    ({"max_hops": 0}, "argument --max-hops: must be >= 1"),
-    ({"max_hops": 5000}, "argument --max-hops: 5000 is above"),
+    ({"max_hops": 0}, "max_hops must be >= 1, got 0"),
+    ({"max_hops": 5000}, r"max_hops must be <= 1,024 \(the largest setattn accepts\), got 5000"),
 ])
-def test_bad_settings_name_their_flag(settings, message):
+def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
         MoleculeModelConfig(**settings).validate()
 

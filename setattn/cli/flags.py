@@ -1,0 +1,135 @@
+"""The flags of each ``setattn`` command that are not settings of a run, declared as
+dataclass fields with ``option`` like the run's settings (``setattn.molprop.config``),
+so that ``setattn.cli.parser`` makes every flag the same way: its name, default, help
+text and the range of values it accepts come from one field.
+
+``train`` takes ``TrainFlags`` and every option of a ``RunConfig``
+(``setattn.molprop.settings.run_flags``); ``predict`` takes ``PredictFlags``;
+``explain`` takes ``ExplainFlags``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from setattn.cli.process import DEFAULT_THREADS
+from setattn.explain import METHODS
+from setattn.molprop.device import DEVICE_HELP
+from setattn.molprop.explain import DEFAULT_METHOD
+from setattn.molprop.limits import MAX_HEAVY_ATOMS
+from setattn.molprop.loop import CHECKPOINT_SECONDS
+from setattn.molprop.options import Range, option
+from setattn.molprop.settings import DEFAULT_DESCRIPTORS, DESCRIPTORS
+
+__all__ = ["RUN_DIR_FLAGS", "ExplainFlags", "PredictFlags", "TrainFlags"]
+
+RUN_DIR_FLAGS = ("output_dir", "resume")
+"""The ``TrainFlags`` that ``train --help`` lists before the run's settings."""
+
+
+def _threads() -> Any:
+    """``--num-threads``, a flag of every command."""
+    return option(DEFAULT_THREADS, f"torch CPU threads (default: {DEFAULT_THREADS}; small "
+                  "molecule batches rarely gain from more)", type=int, bounds=Range(1),
+                  show_default=False)
+
+
+def _model() -> Any:
+    """``--model`` of ``predict`` and ``explain``."""
+    return option(None, "run directory (or one best.pt)", required=True)
+
+
+@dataclass
+class TrainFlags:
+    """``setattn train``'s flags besides the run's settings.
+
+    Attributes:
+        output_dir: the run directory written.
+        resume: continue the run in ``output_dir``.
+        descriptors: "rdkit" or "none" (None: the default, or the resumed run's).
+        checkpoint_seconds: least training time between two writes of ``last.pt``.
+        num_threads: torch CPU threads.
+    """
+
+    output_dir: str = option(None, "run directory to write", required=True)
+    resume: bool = option(False, "continue the interrupted run in --output-dir",
+                          action="store_true", show_default=False)
+    descriptors: str | None = option(None, "append RDKit 2D descriptors to the readout "
+                                     f"(default: {DEFAULT_DESCRIPTORS})",
+                                     choices=sorted(DESCRIPTORS))
+    checkpoint_seconds: float = option(
+        CHECKPOINT_SECONDS, "least training time between two writes of last.pt, which "
+        "--resume continues from; it is also written at the end and on Ctrl-C or an error, "
+        "so only a process killed outright loses up to S seconds of training (default: "
+        f"{CHECKPOINT_SECONDS:g}; 0: after every epoch)", type=float, metavar="S",
+        bounds=Range(0, finite=True), show_default=False)
+    num_threads: int = _threads()
+
+
+@dataclass
+class PredictFlags:
+    """``setattn predict``'s flags.
+
+    Attributes:
+        model: a run directory, or one ``best.pt``.
+        data: the CSV predicted.
+        output: the CSV written.
+        smiles_column: None: the run's.
+        encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
+        max_heavy_atoms: larger molecules get no prediction (None: the run's setting).
+        workers: processes featurising and predicting chunks in parallel.
+        device: where the models run.
+        num_threads: torch CPU threads.
+    """
+
+    model: str = _model()
+    data: str = option(None, "CSV file with a header line", required=True)
+    output: str = option(None, "CSV file to write", required=True)
+    smiles_column: str | None = option(None, "default: the one the model was trained with")
+    encoding: str | None = option(None, "text encoding of the CSV, e.g. latin-1 or cp1252 "
+                                  "(default: UTF-8, or UTF-16 with its byte-order mark)")
+    max_heavy_atoms: int | None = option(
+        None, "molecules with more heavy atoms get no prediction (default: the run's "
+        f"setting, {MAX_HEAVY_ATOMS} unless it set another)", type=int, metavar="N",
+        bounds=Range(1))
+    workers: int = option(1, "processes featurising and predicting chunks in parallel "
+                          "(default: 1, this process alone); the output is the same",
+                          type=int, bounds=Range(1), show_default=False)
+    device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
+    num_threads: int = _threads()
+
+
+@dataclass
+class ExplainFlags:
+    """``setattn explain``'s flags.
+
+    Attributes:
+        model: a run directory, or one ``best.pt``.
+        smiles: one molecule, drawn into ``output`` (or ``data``: one of the two).
+        data: a CSV of molecules, explained into the folder ``output``.
+        smiles_column: with ``data``; None: the run's.
+        output: a picture (.png or .svg), or a folder.
+        method: how contributions are measured (``setattn.explain.METHODS``).
+        target: the target explained (None: the first).
+        max_pictures: with ``data``: pictures of the first N molecules.
+        device: "auto" or "cpu" (explanations run on the CPU).
+        num_threads: torch CPU threads.
+    """
+
+    model: str = _model()
+    smiles: str | None = option(None, "one molecule: --output is its picture", group="input")
+    data: str | None = option(None, "a CSV of molecules: --output is a folder", group="input")
+    smiles_column: str | None = option(None, "with --data; default: the one the model was "
+                                       "trained with")
+    output: str = option(None, "picture (.png or .svg) for --smiles, folder for --data",
+                         required=True)
+    method: str = option(DEFAULT_METHOD, f"how contributions are measured (default: "
+                         f"{DEFAULT_METHOD}, the best on benchmarks/attribution.py's "
+                         "validation molecules)", choices=list(METHODS), show_default=False)
+    target: str | None = option(None, "the target explained (default: the first)")
+    max_pictures: int = option(50, "with --data: pictures of the first N molecules", type=int,
+                               bounds=Range(0))
+    device: str = option("auto", f"{DEVICE_HELP} (default: auto); explanations run on the "
+                         "CPU, so auto means cpu here", metavar="DEVICE", show_default=False)
+    num_threads: int = _threads()
