@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
             f" (N^2), the window's {growth(rows, 'window', 'ms'):.1f}x and the sparse graph's "
             f"{growth(rows, 'sparse', 'ms'):.1f}x (N); memory grows about "
             f"{growth(rows, 'complete', 'mb'):.1f}x for complete attention (no N x N matrix).")
+    if load > 1.5:
+        text += f" The machine was shared (load up to {load:.1f}): read the growth, not the times."
     finish(make_record("scaling", "Scaling of attend with set size", text,
                        [scaling_table(rows)], args.threads, {"points": rows}, load=load),
            args.out)
