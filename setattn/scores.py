@@ -194,7 +194,7 @@ def head_dots(x: Tensor, atts: Sequence[Tensor]) -> list[Tensor]:
 
     The (H * D, P * H) matrix holds each ``atts[p]`` block-diagonally: a single GEMM
     forward and two backward, instead of an elementwise product over all of x, its sum,
-    and their backward passes, per vector (benchmarks/results/throughput_bound.md).
+    and their backward passes, per vector.
     """
     h = atts[0].shape[0]
     blocks = torch.cat([torch.block_diag(*a[:, :, None]) for a in atts], 1)  # (H * D, P * H)
@@ -236,7 +236,7 @@ class GAT(Score):
 
     def prepare_both(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """One matrix product for both terms: a single gradient of x (..., H, D) flows
-        back, not two to be added (benchmarks/results/throughput_bound.md)."""
+        back, not two to be added."""
         pq, pk = head_dots(x, [self.att_dst, self.att_src])  # (..., H, 1) each
         return pq, pk
 

@@ -18,8 +18,8 @@ __all__ = ["DEFAULT_THREADS", "end_on_sigterm", "keep_freed_memory", "one_thread
 
 DEFAULT_THREADS = 1
 """torch CPU threads unless ``--num-threads`` says otherwise: molecule batches are small
-(a few hundred atoms) and gain nothing from more threads on a shared CPU (measurements in
-``benchmarks/results/defaults.md``)."""
+(a few hundred atoms) and gain nothing from more threads on a shared CPU (the
+measurements: ``docs/guide/defaults.rst``)."""
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3

@@ -61,10 +61,10 @@ FUSED_GATV2 is taken wherever it applies, on every device: it is made of ordinar
 operations (gather, scatter_reduce, index_add), one autograd node around them.
 
 The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
-benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: no GPU was
-available when it was written, and a session with one must verify it (the engine
-reference tests on CUDA, then benchmarks/engine.py and benchmarks/layers.py against PyG
-and plain SDPA) before any GPU figure is claimed. The reasoning:
+benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: it holds until a
+GPU run verifies it (the engine reference tests on CUDA, then benchmarks/engine.py and
+benchmarks/layers.py against PyG and plain SDPA), and no GPU figure is claimed before
+that. The reasoning:
 
 * DENSE_SDPA hands each bucket to ``scaled_dot_product_attention``, which on CUDA picks
   its own kernel: FlashAttention for float16/bfloat16 inputs with no ``attn_mask`` (a
@@ -77,7 +77,7 @@ and plain SDPA) before any GPU figure is claimed. The reasoning:
   softmax built on ``scatter_reduce``: the segment kernels PyG's own GATConv runs on a
   GPU. The CSR path (cuSPARSE SpMM and SDDMM there) is not chosen on CUDA because nothing
   measured it; ``attend(..., path="sparse_csr")`` still runs it on CUDA tensors, so that
-  a GPU session can.
+  a GPU run can measure it.
 * Windows stay gathered (N, 2r + 1) blocks: regular dense work, no CSR layouts to build.
 
 Sub-choices made inside a path, from what only the path has (the prepared queries

@@ -223,7 +223,7 @@ def read_calibration(metrics_path: Path) -> Calibration | None:
 
 def snapshot(obj: Any) -> Any:
     """``obj`` with every tensor, dict and list in it copied (plain values shared): what
-    ``copy.deepcopy`` gives a checkpoint payload, faster (``benchmarks/results/defaults.md``)."""
+    ``copy.deepcopy`` gives a checkpoint payload, in less time."""
     if isinstance(obj, Tensor):
         return obj.clone()
     if isinstance(obj, dict):

@@ -58,7 +58,8 @@ __all__ = ["DEFAULT_METHOD", "EnsembleOutput", "MoleculeExplanation", "ModelOutp
 
 DEFAULT_METHOD = "integrated-gradients"
 """The method ``setattn explain`` uses unless told; chosen on the validation molecules of
-``benchmarks/attribution.py`` (``benchmarks/results/attribution.md``)."""
+``benchmarks/attribution.py`` (its record: ``benchmarks/results/attribution.json``; the
+comparison: ``docs/guide/explanations.rst``)."""
 
 
 class ModelOutput(nn.Module):

@@ -21,7 +21,7 @@ The optional kernel ridge (``setattn.molprop.kernel``) is fitted in closed form 
 training molecules' descriptors before training; ``forward`` is the attention network
 alone (what training optimises), ``predict`` the mean of the two (``KERNEL_BLEND``).
 How the blend weight, the width and the batch size were chosen, with the commands, is
-in ``benchmarks/results/defaults.md``.
+in ``docs/guide/defaults.rst``.
 """
 
 from __future__ import annotations

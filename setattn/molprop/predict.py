@@ -39,7 +39,7 @@ __all__ = ["CHUNK_ROWS", "predict_csv", "predict_interval", "predict_smiles",
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
 one worker with several): memory holds a few chunks, whatever the input's size. How it
-was chosen: ``benchmarks/results/defaults.md``."""
+was chosen: ``docs/guide/defaults.rst``."""
 
 
 def _read_chunks(records: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:

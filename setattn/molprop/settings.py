@@ -24,7 +24,7 @@ __all__ = ["DEFAULT_DESCRIPTORS", "DESCRIPTORS", "config_section", "new_run", "o
 
 DEFAULT_DESCRIPTORS = "rdkit"
 """Descriptor set unless ``descriptors`` says otherwise (how it was chosen:
-``benchmarks/results/defaults.md``)."""
+``docs/guide/defaults.rst``)."""
 
 DESCRIPTORS = ("rdkit", "none")
 """The descriptor sets: RDKit's 2D descriptors, or none."""
