@@ -79,6 +79,7 @@ def test_trec_cnn_uses_the_inner_folds_of_documents(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     load_example("documents.py")  # puts examples/ on sys.path
     import documents_data
+
     import examples as trec_cnn
 
     labels = torch.arange(5452) % 6
