@@ -60,7 +60,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/scaling.py --threads 1
 	$(PY) benchmarks/featurize.py --threads 1
 	$(PY) benchmarks/compile.py
-	$(PY) benchmarks/predict_scale.py --n 100000 --anchor 20000
+	$(PY) benchmarks/predict_scale.py --n 200000 --anchor 20000
 
 clean:
 	rm -rf $(VENV) runs docs/_build
