@@ -46,7 +46,7 @@ relative to uniform, integrated gradients).
 
 Data: ``--corpus mr`` (MR, Pang & Lee 2005; the default), ``cr`` (Hu & Liu 2004),
 ``trec`` (Li & Roth 2002), or any CSV with ``--data FILE --text-column TEXT
---label-column LABEL``. How the defaults were chosen: benchmarks/results/examples.md.
+--label-column LABEL``. How the defaults were chosen: docs/guide/examples.rst.
 
     python examples/documents.py --corpus trec --out runs/documents-trec
 """

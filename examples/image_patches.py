@@ -62,7 +62,7 @@ from setattn.viz.images import plot_patch_contributions
 
 
 class Setting(NamedTuple):
-    """Per-data-set defaults (how each was chosen: ``benchmarks/results/examples.md``)."""
+    """Per-data-set defaults (how each was chosen: ``docs/guide/examples.rst``)."""
 
     loader: Callable[[], ImageSet]
     patch: int  # grid cell side p: one token per p x p cell

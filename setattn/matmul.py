@@ -3,7 +3,7 @@
 PyTorch sends float32 ``mm``, ``bmm`` and the products inside scaled dot-product
 attention on the CPU to MKL, which takes a slower path on AMD CPUs: on the development
 machine (AMD EPYC, AVX-512) oneDNN was twice as fast (``benchmarks/engine.py
---only-matmul`` prints both rates; benchmarks/results/engine.md).
+--only-matmul`` prints both rates; git show 1bd1cfd:benchmarks/results/engine.md).
 PyTorch routes float32 products to oneDNN only when
 ``torch.backends.mkldnn.matmul.fp32_precision`` is ``"bf16"``, a setting that also
 *allows* oneDNN to round the inputs to bfloat16; whether it does depends on the CPU (it

@@ -15,7 +15,7 @@ import torch
 from rdkit import Chem
 from torch import Tensor
 
-# Left out: the slowest to compute (benchmarks/results/engine.md); Ipc also overflows
+# Left out: the slowest to compute (git show 1bd1cfd:benchmarks/results/engine.md); Ipc also overflows
 # float32 on large molecules. AvgIpc (kept: the models use it) grows as N^4 with N heavy
 # atoms (its characteristic polynomial); mol_to_data's size limit bounds it.
 _SLOW_DESCRIPTORS = ("qed", "SPS", "Ipc", "BCUT2D_")

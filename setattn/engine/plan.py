@@ -40,7 +40,7 @@ plan()'s decisions, in the order it makes them::
 
 Topologies run as an edge list (:func:`edge_view`, the same canonical edge order):
 windows on an eager CPU run (the CSR kernels beat the gathered blocks there,
-benchmarks/results/engine.md) and bipartite topologies with at most one query per set
+git show 1bd1cfd:benchmarks/results/engine.md) and bipartite topologies with at most one query per set
 (attention pooling: padding them into (B, 1, L) blocks costs more than a segment
 softmax). Weights are wanted when ``attend`` returns them or a ``setattn.capture()``
 block is open. Whether the score is a dot product is asked at the query width.
@@ -119,7 +119,7 @@ class EnginePath(Enum):
 
 
 # Below this many edges, building the two CSR layouts costs more than it saves: gathered
-# messages and index_add are faster (measurements: benchmarks/results/engine.md).
+# messages and index_add are faster (measurements: git show 1bd1cfd:benchmarks/results/engine.md).
 CSR_MIN_EDGES = 1024
 # The same when there are no more edges than keys (attention pooling: one edge per key),
 # whose gathered messages are no bigger than the values.

@@ -72,7 +72,7 @@ def project_edges(lin: nn.Module, edge_attr: Tensor) -> Tensor:
     Multiplying by the transposed weight made contiguous makes autograd compute the
     weight's gradient as (A, E) @ (E, out) instead of (out, E) @ (E, A), whose narrow
     output MKL computes slower for the few columns A of bond features
-    (benchmarks/results/engine.md).
+    (git show 1bd1cfd:benchmarks/results/engine.md).
     """
     edge_attr = edge_attr[:, None] if edge_attr.dim() == 1 else edge_attr  # (E, A)
     if is_lazy(lin):  # the first call sizes it

@@ -28,7 +28,7 @@ def _keep_threads():
 
 def _readme_block() -> str:
     text = README.read_text()
-    section = text[text.index("## Python API"):]
+    section = text[text.index("### Molecules from Python"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
