@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 from setattn import nn, scores, topology
 from setattn.capture import capture
-from setattn.engine import AttentionGraph, attend, masked_softmax, segment_softmax
+from setattn.engine import AttentionGraph, attend, masked_softmax, precompute, segment_softmax
 from setattn.topology import bipartite, complete, edges, ptr_from_batch, window
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "edges",
     "masked_softmax",
     "nn",
+    "precompute",
     "ptr_from_batch",
     "scores",
     "segment_softmax",

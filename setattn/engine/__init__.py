@@ -12,6 +12,7 @@ modules: reach a module's other names with ``from setattn.engine.plan import ...
 from setattn.engine.attend import AttentionGraph, attend
 from setattn.engine.dense import size_buckets
 from setattn.engine.plan import EnginePath, plan
+from setattn.engine.precompute import precompute
 from setattn.engine.softmax import masked_softmax, segment_softmax
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "attend",
     "masked_softmax",
     "plan",
+    "precompute",
     "segment_softmax",
     "size_buckets",
 ]

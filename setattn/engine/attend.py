@@ -103,7 +103,8 @@ def _run(path: EnginePath, q: Tensor, k: Tensor, v: Tensor, top: Topology, score
         return attend_blocks(q, k, v, top, score, bias, mask, edge_attr, p, top_k,
                              sdpa=path is EnginePath.DENSE_SDPA, need_weights=need_weights)
     if path is EnginePath.WINDOW_BLOCKS:
-        return attend_window(q, k, v, top, score, bias, mask, edge_attr, p, top_k)
+        return attend_window(q, k, v, top, score, bias, mask, edge_attr, p, top_k,
+                             need_weights)
     graph = top if isinstance(top, Edges) else edge_view(top)  # the edge paths
     if path is EnginePath.FUSED_GATV2:
         return attend_fused(q, k, v, graph, score, edge_attr)

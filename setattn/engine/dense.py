@@ -58,6 +58,28 @@ class Bucket:
     k_valid: Tensor  # (B, Lk)
     padded: bool  # some slot is padding
     whole: bool  # the bucket is the whole batch without padding: plain reshapes suffice
+    q_pos: Tensor | None = None  # (Nq_b,) flat positions of the valid query slots
+    uniform: bool = False  # every set padded to the caller's max_sizes (nothing read)
+
+
+def _uniform_slots(ptr: Tensor, sizes: Tensor, length: int) -> tuple[Tensor, Tensor]:
+    """Slots of every set padded to ``length``: node index (G, L) and validity (G, L).
+
+    Invalid slots point at node 0 (their rows are gathered and ignored); nothing is read
+    back from ``ptr``."""
+    pos = torch.arange(length, device=ptr.device)  # (L,)
+    valid = pos[None, :] < sizes[:, None]  # (G, L)
+    index = ptr[:-1][:, None] + pos[None, :]  # (G, L)
+    return torch.where(valid, index, torch.zeros_like(index)), valid
+
+
+def _uniform_bucket(top: Bipartite) -> Bucket:
+    """One bucket of all sets padded to ``top.max_sizes`` (no host read)."""
+    lq, lk = top.max_sizes
+    qi, qv = _uniform_slots(top.ptr_q, top.sizes_q, lq)
+    ki, kv = _uniform_slots(top.ptr_kv, top.sizes_kv, lk)
+    sets = torch.arange(top.sizes_q.numel(), device=top.ptr_q.device)  # (G,)
+    return Bucket(sets, qi, qv, ki, kv, padded=True, whole=False, uniform=True)
 
 
 def _slots(ptr: Tensor, sets: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:
@@ -70,15 +92,17 @@ def _slots(ptr: Tensor, sets: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def bucket_plan(top: Bipartite) -> list[Bucket]:
-    """The size buckets of a topology, computed once and cached on it."""
+    """The size buckets of a topology, computed once and cached on it (a host read,
+    unless the topology has ``max_sizes``: then one bucket, nothing read)."""
     if "buckets" not in top._cache:
-        buckets = []
-        for sets in size_buckets(top.sizes_q, top.sizes_kv):
+        buckets = [_uniform_bucket(top)] if top.max_sizes is not None else []
+        for sets in (size_buckets(top.sizes_q, top.sizes_kv) if not buckets else []):
             qi, qv = _slots(top.ptr_q, sets, top.sizes_q)
             ki, kv = _slots(top.ptr_kv, sets, top.sizes_kv)
             padded = not bool(qv.all() and kv.all())
             whole = not padded and sets.numel() == top.sizes_q.numel()
-            buckets.append(Bucket(sets, qi, qv, ki, kv, padded, whole))
+            q_pos = torch.nonzero(qv.flatten()).flatten()  # (Nq_b,)
+            buckets.append(Bucket(sets, qi, qv, ki, kv, padded, whole, q_pos))
         top._cache["buckets"] = buckets
         # every bucket's slots back to back: one gather per tensor feeds all buckets, so
         # the backward pass scatters into one gradient instead of one per bucket
@@ -155,6 +179,8 @@ def attend_blocks(q: Tensor, k: Tensor, v: Tensor, top: Bipartite, score: nn.Mod
         (Nq, H, Dv) output and the (E, H) weights, or None when not needed.
     """
     heads, dv = v.shape[1], v.shape[2]
+    if top.max_sizes is not None and (top.num_q == 0 or top.num_kv == 0):
+        return _no_rows(top, v), _gather_weights([], [], top, v, need_weights)
     pq, pk = prepare(score, q, k)
     scale = dot_scale(score, pq.shape[-1])
     per_edge = bias is not None or mask is not None or edge_attr is not None or need_weights
@@ -165,7 +191,8 @@ def attend_blocks(q: Tensor, k: Tensor, v: Tensor, top: Bipartite, score: nn.Mod
         eid, pair_valid = _bucket_edge_ids(top, bk) if per_edge else (None, None)
         ok, dense_bias = _block_mask_bias(bk, eid, mask, bias)
         if sdpa:
-            ob = _sdpa_block(qb, kb, vb, ok, dense_bias, scale, p)  # (B, Lq, H, Dv)
+            may_empty = mask is not None or bk.uniform  # rows without any key to attend
+            ob = _sdpa_block(qb, kb, vb, ok, dense_bias, scale, p, may_empty)  # (B, Lq, H, Dv)
         else:
             ea = None if edge_attr is None else edge_attr[eid]  # (B, Lq, Lk, H[, A])
             ob, w = _explicit_block(score, qb, kb, vb, ok, dense_bias, ea, scale, p, top_k)
@@ -175,13 +202,24 @@ def attend_blocks(q: Tensor, k: Tensor, v: Tensor, top: Bipartite, score: nn.Mod
         if bk.whole:
             out = ob.reshape(top.num_q, heads, dv)  # (Nq, H, Dv)
             return out, _gather_weights(weights, edge_ids, top, v, need_weights)
-        rows.append(bk.q_index[bk.q_valid])  # (Nq_b,)
-        outs.append(ob[bk.q_valid])  # (Nq_b, H, Dv)
-    if not rows:  # no set has both queries and keys: zeros, still on the autograd graph
-        rows, outs = [top.ptr_q[:0]], [v[:0]]
+        if bk.uniform:  # padded slots point at row 0: they add zeros there
+            kept = ob * bk.q_valid[:, :, None, None]  # (G, Lq, H, Dv)
+            out = v.new_zeros(top.num_q, heads, dv).index_add(
+                0, bk.q_index.flatten(), kept.flatten(0, 1))  # (Nq, H, Dv)
+            return out, _gather_weights(weights, edge_ids, top, v, need_weights)
+        rows.append(bk.q_index.flatten().index_select(0, bk.q_pos))  # (Nq_b,)
+        outs.append(ob.flatten(0, 1).index_select(0, bk.q_pos))  # (Nq_b, H, Dv)
+    if not rows:  # no set has both queries and keys
+        return _no_rows(top, v), _gather_weights(weights, edge_ids, top, v, need_weights)
     out = v.new_zeros(top.num_q, heads, dv)
     out = out.index_copy(0, torch.cat(rows), torch.cat(outs))  # (Nq, H, Dv)
     return out, _gather_weights(weights, edge_ids, top, v, need_weights)
+
+
+def _no_rows(top: Bipartite, v: Tensor) -> Tensor:
+    """(Nq, H, Dv) zeros, still on the autograd graph (no set has queries and keys)."""
+    out = v.new_zeros(top.num_q, v.shape[1], v.shape[2])
+    return out.index_copy(0, top.ptr_q[:0], v[:0])
 
 
 def _explicit_block(score: nn.Module, qb: Tensor, kb: Tensor, vb: Tensor, ok: Tensor | None,
@@ -223,22 +261,24 @@ def _gather_weights(weights: list[Tensor], edge_ids: list[Tensor], top: Bipartit
 
 
 def _sdpa_block(qb: Tensor, kb: Tensor, vb: Tensor, ok: Tensor | None,
-                dense_bias: Tensor | None, scale: float, p: float) -> Tensor:
+                dense_bias: Tensor | None, scale: float, p: float,
+                may_empty: bool = True) -> Tensor:
     """scaled_dot_product_attention on one bucket; rows with no valid key give 0.
 
     Args:
         qb: (B, Lq, H, D); kb: (B, Lk, H, D); vb: (B, Lk, H, Dv).
         ok: bool broadcastable to (B, H, Lq, Lk) or None; dense_bias likewise.
+        may_empty: some row may have no valid key (a mask, or sets padded to
+            ``max_sizes``); such rows attend to every slot and are then zeroed, which
+            costs two masks but reads nothing back from the device.
 
     Returns:
         (B, Lq, H, Dv) output.
     """
     empty_rows = None
-    if ok is not None:
-        has_any = ok.any(-1, keepdim=True)  # (B, H|1, Lq|1, 1)
-        if not bool(has_any.all()):
-            empty_rows = ~has_any
-            ok = ok | empty_rows  # let empty rows attend to anything, then zero them
+    if ok is not None and may_empty:
+        empty_rows = ~ok.any(-1, keepdim=True)  # (B, H|1, Lq|1, 1)
+        ok = ok | empty_rows  # let empty rows attend to anything, then zero them
     attn_mask = ok
     if dense_bias is not None:
         attn_mask = dense_bias if ok is None else dense_bias.masked_fill(~ok, float("-inf"))

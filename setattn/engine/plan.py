@@ -40,10 +40,11 @@ plan()'s decisions, in the order it makes them::
 
 Topologies run as an edge list (:func:`edge_view`, the same canonical edge order):
 windows on an eager CPU run (the CSR kernels beat the gathered blocks there,
-git show 1bd1cfd:benchmarks/results/engine.md) and bipartite topologies with at most one query per set
-(attention pooling: padding them into (B, 1, L) blocks costs more than a segment
-softmax). Weights are wanted when ``attend`` returns them or a ``setattn.capture()``
-block is open. Whether the score is a dot product is asked at the query width.
+git show 1bd1cfd:benchmarks/results/engine.md) and bipartite topologies with at most one
+query per set (attention pooling: padding them into (B, 1, L) blocks costs more than a
+segment softmax) unless the caller gave ``max_sizes`` (then dense, nothing read).
+Weights are wanted when ``attend`` returns them or a ``setattn.capture()`` block is open.
+Whether the score is a dot product is asked at the query width.
 
 Per device (:func:`device_rules`, read off the values ``v``): the table above in one
 view, with the evidence behind each column::
@@ -93,7 +94,9 @@ and keys); the functions below make them:
 * DENSE_*: a batch that is one bucket without padding is reshaped, not gathered.
 
 plan() reads shapes, devices, object identities and the topology's cached facts;
-it never reads tensor data that the paths would not read anyway.
+it never reads tensor data that the paths would not read anyway. Those facts are read
+once per topology (``setattn.engine.precompute`` reads them all before a training loop),
+so a call over a precomputed topology reads nothing back to the host.
 """
 
 from __future__ import annotations
@@ -241,7 +244,10 @@ def csr_pays_off(top: Edges) -> bool:
 
 def one_query_per_set(top: Bipartite) -> bool:
     """Every set has at most one query (pooling: a summary per set attends to its items);
-    ``complete`` topologies never count. Cached on the topology."""
+    ``complete`` topologies never count, nor do topologies with ``max_sizes`` (they run
+    dense without reading their sizes). Cached on the topology."""
+    if top.max_sizes is not None:
+        return False
     if "one_query" not in top._cache:
         top._cache["one_query"] = bool((top.sizes_q <= 1).all()) and not isinstance(
             top, Complete)

@@ -26,7 +26,8 @@ def scatter_to_slots(t: Tensor | None, valid: Tensor) -> Tensor | None:
 
 def attend_window(q: Tensor, k: Tensor, v: Tensor, top: Window, score: nn.Module,
                   bias: Tensor | None, mask: Tensor | None, edge_attr: Tensor | None,
-                  p: float, top_k: int | None) -> tuple[Tensor, Tensor]:
+                  p: float, top_k: int | None,
+                  need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
     """Windowed attention over gathered (N, W) key blocks, W = 2r + 1.
 
     Args:
@@ -34,9 +35,10 @@ def attend_window(q: Tensor, k: Tensor, v: Tensor, top: Window, score: nn.Module
         bias: (E, H|1) or None; mask: (E, H|1) bool or None; edge_attr: (E, H[, A]) or None,
             all in the window's canonical edge order.
         p: dropout probability; top_k: hard attention's k, or None.
+        need_weights: return the weights (picking the valid slots reads their count).
 
     Returns:
-        (N, H, Dv) output and the (E, H) weights (without dropout).
+        (N, H, Dv) output and the (E, H) weights (without dropout), or None.
     """
     index, valid = top.neighbours()  # (N, W), (N, W)
     pq, pk = prepare(score, q, k)
@@ -56,4 +58,4 @@ def attend_window(q: Tensor, k: Tensor, v: Tensor, top: Window, score: nn.Module
         w = hard_dense(w.transpose(1, 2), ok.transpose(1, 2), top_k).transpose(1, 2)
     wd = F.dropout(w, p) if p > 0 else w
     out = torch.einsum("nwh,nwhd->nhd", wd, v[index])  # (N, H, Dv)
-    return out, w[valid]
+    return out, (w[valid] if need_weights else None)

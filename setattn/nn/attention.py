@@ -14,6 +14,8 @@ def set_ptr(
     batch: Tensor | None = None,
     ptr: Tensor | None = None,
     num_graphs: int | None = None,
+    *,
+    validate: bool = True,
 ) -> Tensor:
     """The (G + 1,) set offsets of the rows of ``x``, from PyG's ``batch`` or ``ptr``.
 
@@ -22,13 +24,14 @@ def set_ptr(
         batch: (N,) sorted set index of every item (PyG's ``batch``), or None.
         ptr: (G + 1,) set offsets; wins over ``batch`` when both are given.
         num_graphs: G, needed with ``batch`` when trailing sets are empty.
+        validate: check ``batch`` (sorted, in range: a host read).
 
     With neither ``batch`` nor ``ptr``, all of ``x`` is one set.
     """
     if ptr is not None:
         return torch.as_tensor(ptr, dtype=torch.long, device=x.device)
     if batch is not None:
-        return ptr_from_batch(batch, num_graphs)
+        return ptr_from_batch(batch, num_graphs, validate=validate)
     return torch.tensor([0, x.shape[0]], device=x.device)
 
 

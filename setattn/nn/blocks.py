@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from setattn.nn.attention import MultiHeadAttention, set_ptr
-from setattn.topology import Topology, bipartite, complete
+from setattn.topology import Bipartite, Topology, bipartite, complete
 
 
 def _feed_forward(dim: int, hidden: int, act: nn.Module) -> nn.Sequential:
@@ -90,10 +90,18 @@ class SAB(nn.Module):
                        layer_norm=layer_norm)
 
     def forward(self, x: Tensor, batch: Tensor | None = None, ptr: Tensor | None = None,
-                *, num_graphs: int | None = None) -> Tensor:
+                *, num_graphs: int | None = None,
+                max_num_elements: int | None = None) -> Tensor:
         """(N, D) items of G sets given by PyG's ``batch`` (N,) or ``ptr`` (G + 1,)
-        (one set when both are None) -> (N, D)."""
-        return self.mab(x, complete(set_ptr(x, batch, ptr, num_graphs)))
+        (one set when both are None) -> (N, D).
+
+        With ``max_num_elements`` (a bound on every set's size) and, for ``batch``,
+        ``num_graphs``, nothing is read back from the index tensors (see
+        :func:`set_topologies`)."""
+        known = max_num_elements is not None
+        ptr = set_ptr(x, batch, ptr, num_graphs, validate=not known)
+        return self.mab(x, complete(ptr, x.shape[0], max_size=max_num_elements,
+                                    validate=not known))
 
 
 class ISAB(nn.Module):
@@ -119,11 +127,38 @@ class ISAB(nn.Module):
                            layer_norm=layer_norm)
 
     def forward(self, x: Tensor, batch: Tensor | None = None, ptr: Tensor | None = None,
-                *, num_graphs: int | None = None) -> Tensor:
-        """(N, D) items of G sets (``batch`` (N,) or ``ptr`` (G + 1,)) -> (N, D)."""
-        ptr = set_ptr(x, batch, ptr, num_graphs)
+                *, num_graphs: int | None = None,
+                max_num_elements: int | None = None) -> Tensor:
+        """(N, D) items of G sets (``batch`` (N,) or ``ptr`` (G + 1,)) -> (N, D);
+        ``max_num_elements`` as for :class:`SAB`."""
+        known = max_num_elements is not None
+        ptr = set_ptr(x, batch, ptr, num_graphs, validate=not known)
         m, g = self.inducing.shape[0], ptr.numel() - 1
-        ptr_i = torch.arange(g + 1, device=x.device) * m  # (G + 1,)
+        into, back = set_topologies(ptr, m, x.shape[0], max_num_elements)
         i = self.inducing.repeat(g, 1)  # (G * m, D)
-        h = self.mab_in(i, bipartite(ptr_i, ptr), x)  # (G * m, D)
-        return self.mab_out(x, bipartite(ptr, ptr_i), h)  # (N, D)
+        h = self.mab_in(i, into, x)  # (G * m, D)
+        return self.mab_out(x, back, h)  # (N, D)
+
+
+def set_topologies(ptr: Tensor, k: int, num_items: int,
+                   max_num_elements: int | None) -> tuple[Bipartite, Bipartite]:
+    """k learned vectors per set (inducing points, seeds) and the set's items.
+
+    Args:
+        ptr: (G + 1,) item offsets.
+        k: vectors per set.
+        num_items: N (``ptr[-1]``, from ``x.shape[0]``).
+        max_num_elements: a bound on every set's size, or None. Given, the topologies
+            are built and run without reading ``ptr`` back to the host (dense blocks
+            padded to the bound); otherwise ``ptr`` is checked and the sizes are read.
+
+    Returns:
+        (vectors <- items, items <- vectors) topologies.
+    """
+    g, known = ptr.numel() - 1, max_num_elements is not None
+    ptr_k = torch.arange(g + 1, device=ptr.device) * k  # (G + 1,)
+    into = bipartite(ptr_k, ptr, (g * k, num_items), validate=not known,
+                     max_sizes=(k, max_num_elements) if known else None)
+    back = bipartite(ptr, ptr_k, (num_items, g * k), validate=not known,
+                     max_sizes=(max_num_elements, k) if known else None)
+    return into, back

@@ -13,8 +13,9 @@ import torch
 from torch import Tensor, nn
 
 from setattn import scores
+from setattn.attention_graph import AttentionGraph
 from setattn.nn.conv_base import AttentionConv, project_edges
-from setattn.nn.pyg_inputs import is_lazy, linear, reset_linear
+from setattn.nn.pyg_inputs import Features, is_lazy, linear, reset_linear
 
 
 def _init_glorot(*lins: nn.Module | None) -> None:
@@ -219,6 +220,22 @@ class GATv2Conv(AttentionConv):
         if x_dst is x_src and self.lin_r is self.lin_l:
             return x_l, x_l
         return x_l, self.lin_r(x_dst).view(x_dst.shape[0], h, c)  # (Nt, H, C)
+
+    def forward(
+        self,
+        x: Features,
+        edge_index: Tensor,
+        edge_attr: Tensor | None = None,
+        return_attention_weights: bool | None = None,
+        *,
+        size: tuple[int, int] | None = None,
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]] | tuple[Tensor, AttentionGraph]:
+        """PyG's ``GATv2Conv`` call: ``(x, edge_index, edge_attr, return_attention_weights)``
+        in PyG's positional order (PyG's GATv2Conv takes no ``size``; here it is a
+        keyword). Arguments and returns as :meth:`AttentionConv.forward`."""
+        return super().forward(x, edge_index, edge_attr, size, return_attention_weights,
+                               return_weights=return_weights)
 
     def edge_input(self, edge_attr: Tensor | None) -> Tensor | None:
         """Edge features are used as given (an error without ``edge_dim``)."""

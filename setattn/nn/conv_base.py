@@ -182,7 +182,7 @@ class AttentionConv(MessagePassing):
             top = Edges(torch.stack([slots, dst]), num_q=nt, num_kv=src.numel())
         else:
             k = v = xs
-            top = edges(ei, (ns, nt))
+            top = edges(ei, (ns, nt), validate=False)  # as PyG: no host read
         res = attend(xd, k, v, top, self.score, edge_attr=e, dropout=self.dropout,
                      training=self.training, return_weights=need)
         z, graph = res if need else (res, None)

@@ -18,9 +18,9 @@ from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.nn.inits import reset
 
 from setattn.engine import attend
-from setattn.nn.blocks import MAB
+from setattn.nn.blocks import MAB, set_topologies
 from setattn.scores import Dot
-from setattn.topology import bipartite, pooling, ptr_from_batch
+from setattn.topology import pooling, ptr_from_batch
 
 
 def _run(module: nn.Module, x: Tensor, index: Tensor, num_graphs: int) -> Tensor:
@@ -132,7 +132,7 @@ class GlobalAttentionPool(SetAggregation):
         g, n = dim_size, x.shape[0]
         if index is None:  # ptr (G + 1,) -> the graph of every node
             index = torch.searchsorted(ptr[1:], torch.arange(n, device=x.device), right=True)
-        top = pooling(index, g)  # query g <- nodes of g
+        top = pooling(index, g, validate=False)  # query g <- nodes of g (PyG checks dim_size)
         values = x if self.nn is None else _run(self.nn, x, index, g)  # (N, F)
         if self.gate_nn is not None:
             k = _run(self.gate_nn, x, index, g)[:, :, None]  # (N, H, 1) gate logits
@@ -196,17 +196,22 @@ class PMA(SetAggregation):
         reset(self.mab)
 
     def forward(self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
-                dim_size: int | None = None, dim: int = -2) -> Tensor:
+                dim_size: int | None = None, dim: int = -2,
+                max_num_elements: int | None = None) -> Tensor:
         """(N, D) items of G sets, set by set (``index`` (N,) sorted, or ``ptr``
         (G + 1,)) -> (G, k, D), or (G, k * D) with ``concat``; an empty set pools to
-        ``MAB`` of its seeds over nothing (finite, no NaN)."""
+        ``MAB`` of its seeds over nothing (finite, no NaN).
+
+        ``max_num_elements`` (PyG's argument): a bound on every set's size; given, with
+        ``dim_size``, nothing is read back from ``index`` or ``ptr`` (no check either)."""
         _check_dim(x, dim)
         if ptr is None:
-            ptr = ptr_from_batch(index, dim_size)  # (G + 1,)
+            ptr = ptr_from_batch(index, dim_size,
+                                 validate=max_num_elements is None)  # (G + 1,)
         k, g = self.seeds.shape[0], ptr.numel() - 1
-        ptr_s = torch.arange(g + 1, device=x.device) * k  # (G + 1,)
+        into, _ = set_topologies(ptr, k, x.shape[0], max_num_elements)
         s = self.seeds.repeat(g, 1)  # (G * k, D)
-        out = self.mab(s, bipartite(ptr_s, ptr), self.rff(x))  # (G * k, D)
+        out = self.mab(s, into, self.rff(x))  # (G * k, D)
         out = out.view(g, k, self.seeds.shape[1])  # (G, k, D)
         return out.flatten(1) if self.concat else out  # (G, k * D) or (G, k, D)
 
