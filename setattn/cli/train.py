@@ -10,6 +10,7 @@ from setattn.molprop import distributed
 from setattn.molprop.config import RunConfig
 from setattn.molprop.device import resolve_device
 from setattn.molprop.run import run_training
+from setattn.molprop.run_files import check_run_dir
 from setattn.molprop.settings import config_section, new_run, run_flags
 
 __all__ = ["cmd_train", "resumed_run_config", "run_config_from_args"]
@@ -68,6 +69,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                     f"(no config.json)")
         run = resumed_run_config(args, config_path)
     else:
+        check_run_dir(out)  # new, empty or a run: nothing of the user's is replaced
         if config_path.is_file():
             raise ValueError(f"argument --output-dir: {out} already holds a run; pass --resume "
                              f"to continue it, or choose another directory")

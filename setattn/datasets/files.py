@@ -177,8 +177,19 @@ class CsvFile:
 
 
 def _records(reader, path: Path, encoding: str | None) -> Iterator[list[str]]:
+    """The header, then the data records; a record with more non-empty cells than the
+    header has columns (a delimiter inside an unquoted cell shifts every cell after
+    it) is an error naming its line. Empty cells past the header's end are ignored."""
+    width = None
     try:
-        yield from reader
+        for record in reader:
+            if width is None:
+                width = len(record)
+            elif len(record) > width and any(c.strip() for c in record[width:]):
+                raise ValueError(f"{path.name}: line {reader.line_num}: {len(record)} cells, "
+                                 f"but the header has {width} columns (a delimiter inside "
+                                 f"a cell that is not quoted?)")
+            yield record
     except _READ_ERRORS as err:
         raise _read_error(err, path, encoding, reader.line_num) from None
 

@@ -35,6 +35,7 @@ from setattn.molprop.loop import quiet
 from setattn.molprop.model import MoleculeModel
 from setattn.molprop.predict import predict_interval, predict_smiles
 from setattn.molprop.run import run_training
+from setattn.molprop.run_files import LOCK_NAME, check_run_dir, mark_run_dir
 from setattn.molprop.settings import config_section, new_run, option_names, run_flags
 
 __all__ = ["DATA_FILE", "MoleculePredictor"]
@@ -173,11 +174,13 @@ class MoleculePredictor:
         to be kept for as long as its run is this object's)."""
         if self.output_dir is None:
             tmp = tempfile.TemporaryDirectory(prefix="setattn-")
+            mark_run_dir(tmp.name)
             return Path(tmp.name), tmp
+        check_run_dir(self.output_dir, "output_dir", extra=[DATA_FILE])
         if (self.output_dir / "config.json").is_file():
             raise ValueError(f"argument output_dir: {self.output_dir} already holds a run; "
                              f"choose another directory")
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        mark_run_dir(self.output_dir)  # the run's first file, before its data.csv
         return self.output_dir, None
 
     def _names(self, num_targets: int) -> list[str]:
@@ -311,7 +314,9 @@ class MoleculePredictor:
         ``setattn train --resume`` continues it). Returns the directory.
 
         Raises:
-            ValueError: if ``directory`` is a file or already holds another run.
+            ValueError: if ``directory`` is a file, already holds another run, or is a
+                folder of other files (``run_files.check_run_dir``: nothing of the
+                user's is replaced).
         """
         self._check_fitted()
         if self.run_dir is None:
@@ -321,9 +326,12 @@ class MoleculePredictor:
             raise ValueError(f"argument directory: {dest} is a file, not a directory")
         if dest.resolve() == self.run_dir.resolve():
             return dest
+        check_run_dir(dest, "directory", extra=[DATA_FILE])
         if (dest / "config.json").is_file():
             raise ValueError(f"argument directory: {dest} already holds a run")
-        shutil.copytree(self.run_dir, dest, dirs_exist_ok=True)
+        mark_run_dir(dest)
+        shutil.copytree(self.run_dir, dest, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(LOCK_NAME))
         config_path = dest / "config.json"
         run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
         data = Path(run.data)

@@ -7,6 +7,9 @@
 
 What a run directory holds::
 
+    .setattn-run       the marker that says "a setattn run": written first; a folder
+                       without it is a run's only if it is new or empty
+                       (``setattn.molprop.run_files.check_run_dir``)
     config.json        the run (data, columns, split, training and model settings)
     split.json         the file rows of the train / val / test parts, and the CSV's
                        fingerprint (``setattn.molprop.provenance``) --resume checks
@@ -48,7 +51,7 @@ from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
 from setattn.molprop.reports import ensemble_scores
-from setattn.molprop.run_files import RunLock
+from setattn.molprop.run_files import RunLock, check_not_destination
 from setattn.viz import plot_training_curve
 
 __all__ = ["fit_kernel", "run_training"]
@@ -373,6 +376,7 @@ def run_training(
     log = log if main else quiet
     _check_memory(run)  # the model's size alone, before anything is read or allocated
     run.validate()
+    check_not_destination(out, {"--data": run.data}, run.ensemble_size)
     lock = _claim(out, main, resume)
     try:
         parts = _read_parts(run, log)
@@ -394,9 +398,10 @@ def _claim(out: Path, main: bool, resume: bool) -> RunLock:
 
     Raises:
         ValueError: naming ``--output-dir`` if another run holds it, a dead one left its
-            lock, or (without ``resume``) it already holds a run.
+            lock, it is a folder of other files (``run_files.check_run_dir``), or
+            (without ``resume``) it already holds a run.
     """
-    lock, error = RunLock(out), None
+    lock, error = RunLock(out, resume), None
     if main:
         try:
             lock.acquire()

@@ -4,6 +4,12 @@
   must not be a directory, nor lie under a file, nor be one of the inputs (the same
   file by any name: a link, ``./x.csv``), and its folder must be writable.
 - ``check_output_dir``: a run directory must be a directory (or creatable as one).
+- ``check_run_dir``: the one rule of every writer of a run (``setattn train``,
+  ``MoleculePredictor.fit`` and ``save``): a run folder is created new (or is an empty
+  folder), or is a setattn run, recognised by its marker file ``.setattn-run`` (written
+  first, before any other file of the run); any other folder is refused with a message
+  naming the files of it that the run would replace. ``check_not_destination``: no
+  input of the run (its CSV) is one of the files it writes, by resolved path.
 - ``RunLock``: a run directory is claimed by creating ``.setattn.lock`` in it with
   ``O_CREAT | O_EXCL``, which exactly one process can do; a second run into the same
   directory is refused while the first one holds it. The lock is removed when the run
@@ -16,16 +22,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "RUN_RECORDS", "RunLock", "check_output_dir", "check_output_file",
-           "check_prediction_columns", "prediction_columns", "run_file_paths"]
+__all__ = ["LOCK_NAME", "RUN_MARKER", "RUN_RECORDS", "RunLock", "check_not_destination",
+           "check_output_dir", "check_output_file", "check_prediction_columns",
+           "check_run_dir", "mark_run_dir", "prediction_columns", "run_file_paths"]
 
 LOCK_NAME = ".setattn.lock"
 """The lock file of a run directory."""
+
+RUN_MARKER = ".setattn-run"
+"""The marker file that says "this folder is a setattn run" (the first file of a run)."""
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -103,9 +114,12 @@ def check_output_file(output: str | Path, inputs: Mapping[str, str | Path | None
         ``output`` as a ``Path``.
 
     Raises:
-        ValueError: naming ``argument`` if ``output`` is a directory, cannot be
-            created, or is one of ``inputs``.
+        ValueError: naming ``argument`` if ``output`` is a directory (or ends in "/"),
+            cannot be created, or is one of ``inputs``.
     """
+    if str(output).endswith(("/", os.sep)):  # Path() would drop the slash
+        raise ValueError(f"argument {argument}: {output} ends in '/', so it names a folder; "
+                         f"give a file name")
     output = Path(output)
     if output.is_dir():
         raise ValueError(f"argument {argument}: {output} is a directory; give a file name")
@@ -138,6 +152,77 @@ def check_output_dir(out: str | Path, argument: str = "--output-dir") -> Path:
     return out
 
 
+
+_MEMBER = re.compile(r"model_\d+")  # an ensemble member's folder of checkpoints
+
+
+def _would_replace(out: Path, extra: Sequence[str]) -> list[str]:
+    """The entries of the folder ``out`` that a run would write over: its records,
+    ``extra`` names and ``model_<k>`` folders."""
+    names = {*RUN_RECORDS, *extra, LOCK_NAME}
+    return sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
+                  if p.name in names or _MEMBER.fullmatch(p.name))
+
+
+def check_run_dir(out: str | Path, argument: str = "--output-dir", *,
+                  resume: bool = False, extra: Sequence[str] = ()) -> Path:
+    """A run folder: absent (it will be created), empty, or a setattn run (its marker
+    file ``RUN_MARKER``; with ``resume``, also a run written before markers existed:
+    one with a ``config.json``).
+
+    Args:
+        out: the folder.
+        argument: the flag or keyword naming it, for messages.
+        resume: the run continues one already in ``out``.
+        extra: file names the writer adds to a run's records (the API's ``data.csv``).
+
+    Raises:
+        ValueError: naming ``argument``, if ``out`` is a file or not writable, or is a
+            folder of other files (the message names those the run would replace).
+    """
+    out = check_output_dir(out, argument)
+    if not out.is_dir() or (out / RUN_MARKER).is_file():
+        return out
+    if resume and (out / "config.json").is_file():
+        return out
+    present = sorted(p.name for p in out.iterdir())
+    if not present:
+        return out
+    replaced = _would_replace(out, extra)
+    what = (f"the run would replace {', '.join(replaced)}" if replaced
+            else f"it holds {', '.join(present[:5])}{' ...' if len(present) > 5 else ''}")
+    raise ValueError(f"argument {argument}: {out} is a folder of other files, not a "
+                     f"setattn run (no {RUN_MARKER} in it): {what}; choose a new or "
+                     f"empty folder")
+
+
+def mark_run_dir(out: str | Path) -> Path:
+    """Create the folder ``out`` if needed and its marker file (kept if present): the
+    first file of a run. Call ``check_run_dir`` first. Returns the marker."""
+    marker = Path(out) / RUN_MARKER
+    if not marker.is_file():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"setattn": "run"}) + "\n", encoding="utf-8")
+    return marker
+
+
+def check_not_destination(out: str | Path, inputs: Mapping[str, str | Path | None],
+                          members: int, argument: str = "--output-dir") -> None:
+    """No input may be a file the run in ``out`` writes (its records, marker, lock or
+    a member's ``best.pt`` / ``last.pt``), compared by resolved path.
+
+    Raises:
+        ValueError: naming the input's argument and the file.
+    """
+    out = Path(out).resolve()
+    writes = {out / name for name in (*RUN_RECORDS, RUN_MARKER, LOCK_NAME)}
+    writes |= {out / f"model_{k}" / f for k in range(members) for f in ("best.pt", "last.pt")}
+    for name, path in inputs.items():
+        if path is not None and Path(path).resolve() in writes:
+            raise ValueError(f"argument {name}: {path} is a file the run in {out} writes "
+                             f"({Path(path).name}); it would be replaced; move it out of "
+                             f"{argument} or choose another folder")
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -153,23 +238,27 @@ class RunLock:
 
     Args:
         out: the run directory (created by ``acquire`` if missing).
+        resume: the run continues one in ``out`` (see ``check_run_dir``).
     """
 
-    def __init__(self, out: str | Path) -> None:
+    def __init__(self, out: str | Path, resume: bool = False) -> None:
         self.out = Path(out)
+        self.resume = resume
         self.path = self.out / LOCK_NAME
         self.created = False  # the directory was made by this claim
         self.held = False
 
     def acquire(self) -> None:
-        """Create the directory if needed and the lock file, exclusively.
+        """Create the directory if needed and the lock file, exclusively; then the
+        run's marker (``mark_run_dir``).
 
         Raises:
             ValueError: naming ``--output-dir`` if another run holds the directory, or
                 a dead one left its lock (stale: how to clear it is in the message), or
-                the directory cannot be made.
+                the directory cannot be made, or is a folder of other files
+                (``check_run_dir``).
         """
-        check_output_dir(self.out)
+        check_run_dir(self.out, resume=self.resume)
         self.created = not self.out.exists()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -183,6 +272,7 @@ class RunLock:
             json.dump({"pid": os.getpid(), "host": socket.gethostname(),
                        "started": time.strftime("%Y-%m-%d %H:%M:%S")}, handle)
         self.held = True
+        mark_run_dir(self.out)
 
     def _held_message(self) -> str:
         try:
@@ -210,6 +300,8 @@ class RunLock:
         self.path.unlink(missing_ok=True)
         self.held = False
         if self.created:
+            if [p.name for p in self.out.iterdir()] == [RUN_MARKER]:
+                (self.out / RUN_MARKER).unlink(missing_ok=True)
             try:
                 self.out.rmdir()  # only if empty
             except OSError:
