@@ -3,6 +3,7 @@
     setattn train   --data CSV --target-columns T1 [T2 ...] --output-dir DIR [...]
     setattn predict --model DIR --data CSV --output preds.csv
     setattn explain --model DIR (--smiles S --output PIC.png | --data CSV --output DIR) [...]
+    setattn serve   --model DIR [--host 127.0.0.1] [--port 8000] [...]
 
 A thin layer over ``setattn.molprop``: ``flags`` (each command's own flags, declared as
 dataclass fields like the run's settings), ``parser`` (the flags of those fields),
@@ -27,6 +28,7 @@ from setattn.cli import process
 from setattn.cli.explain import cmd_explain
 from setattn.cli.parser import build_parser, flag_name
 from setattn.cli.predict import cmd_predict
+from setattn.cli.serve import cmd_serve
 from setattn.cli.train import cmd_train
 from setattn.molprop.checkpoint import CheckpointError
 from setattn.molprop.options import SettingError
@@ -39,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # flags out of range end here (argparse's error)
     process.set_up(args.command, args.num_threads)
-    command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain}[args.command]
+    command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain,
+               "serve": cmd_serve}[args.command]
     try:
         return command(args)
     except SettingError as err:  # named by its flag here, by its keyword in the library

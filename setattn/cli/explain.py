@@ -20,6 +20,7 @@ from setattn.domains.molecules import InvalidSmilesError, fragment_note
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import MoleculeExplanation, explain_molecule, explain_smiles
+from setattn.molprop.explain_text import picture_labels, prediction_text, sum_text
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.run_files import check_output_file, run_file_paths
 from setattn.viz import draw_atom_contributions
@@ -39,31 +40,10 @@ def _target(args: argparse.Namespace, targets: list[str]) -> int:
     return targets.index(args.target)
 
 
-def _prediction_text(e: MoleculeExplanation, target: str) -> str:
-    a = e.attribution
-    if e.probability is not None:
-        return f"P({target}) {e.probability:.3f} (logit {a.prediction:+.3f})"
-    return f"{target} {a.prediction:.3f}"
-
-
-def _sum_text(e: MoleculeExplanation) -> str:
-    a = e.attribution
-    if not a.complete:
-        return "contributions claim no sum"
-    return (f"contributions sum to prediction - baseline ({a.prediction - a.baseline:+.3f}; "
-            f"baseline {a.baseline:+.3f})")
-
-
 def _draw(e: MoleculeExplanation, target: str, method: str, path: Path) -> None:
-    a = e.attribution
-    unit = {"target units": f"contribution to {target}", "logit": f"contribution to the logit "
-            f"of {target}", "relative attention": "attention weight x atoms (1 = uniform)"}
-    title = f"{e.smiles}\npredicted {_prediction_text(e, target)}\n{method}: {_sum_text(e)}"
-    # attention: full colour at 0 and 2 (never / twice uniform), so near-uniform looks pale
-    limit = max(float((a.values - 1).abs().max()), 1.0) if e.unit == "relative attention" \
-        else None
-    draw_atom_contributions(e.smiles, a.values, path, title=title, unit=unit[e.unit],
-                            centre=a.centre, limit=limit)
+    labels = picture_labels(e, target, method)
+    draw_atom_contributions(e.smiles, e.attribution.values, path, title=labels.title,
+                            unit=labels.unit, centre=labels.centre, limit=labels.limit)
 
 
 def _explain_one(args: argparse.Namespace, models: list, target: str, t: int) -> int:
@@ -75,8 +55,8 @@ def _explain_one(args: argparse.Namespace, models: list, target: str, t: int) ->
     which = f" (the mean of an ensemble of {len(models)})" if len(models) > 1 else ""
     note = fragment_note(args.smiles)
     which += f" (note: {note})" if note else ""
-    print(f"{args.smiles}: predicted {_prediction_text(e, target)}{which}; {args.method}: "
-          f"{e.attribution.note}; {_sum_text(e)}; drawn in {output}")
+    print(f"{args.smiles}: predicted {prediction_text(e, target)}{which}; {args.method}: "
+          f"{e.attribution.note}; {sum_text(e)}; drawn in {output}")
     return 0
 
 

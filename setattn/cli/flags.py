@@ -5,7 +5,7 @@ text and the range of values it accepts come from one field.
 
 ``train`` takes ``TrainFlags`` and every option of a ``RunConfig``
 (``setattn.molprop.settings.run_flags``); ``predict`` takes ``PredictFlags``;
-``explain`` takes ``ExplainFlags``.
+``explain`` takes ``ExplainFlags``; ``serve`` takes ``ServeFlags``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from setattn.molprop.loop import CHECKPOINT_SECONDS
 from setattn.molprop.options import Range, option
 from setattn.molprop.settings import DEFAULT_DESCRIPTORS, DESCRIPTORS
 
-__all__ = ["RUN_DIR_FLAGS", "ExplainFlags", "PredictFlags", "TrainFlags"]
+__all__ = ["RUN_DIR_FLAGS", "ExplainFlags", "PredictFlags", "ServeFlags", "TrainFlags"]
 
 RUN_DIR_FLAGS = ("output_dir", "resume")
 """The ``TrainFlags`` that ``train --help`` lists before the run's settings."""
@@ -132,4 +132,34 @@ class ExplainFlags:
                                bounds=Range(0))
     device: str = option("auto", f"{DEVICE_HELP} (default: auto); explanations run on the "
                          "CPU, so auto means cpu here", metavar="DEVICE", show_default=False)
+    num_threads: int = _threads()
+
+
+@dataclass
+class ServeFlags:
+    """``setattn serve``'s flags (the limits are ``setattn.serve.ServeLimits``'s).
+
+    Attributes:
+        model: a run directory, or one ``best.pt``.
+        host: the address listened on (127.0.0.1: this machine only).
+        port: the TCP port.
+        max_molecules: SMILES per /predict request.
+        max_explain: SMILES per /explain request.
+        max_body_bytes: bytes of one request's body.
+        workers: threads predicting and explaining at once.
+        num_threads: torch CPU threads.
+    """
+
+    model: str = _model()
+    host: str = option("127.0.0.1", "address to listen on (default: 127.0.0.1, this machine "
+                       "only; 0.0.0.0 opens it to the network)", show_default=False)
+    port: int = option(8000, "TCP port", type=int, bounds=Range(1, below=65536))
+    max_molecules: int = option(1000, "most SMILES in one /predict request (more: 422)",
+                                type=int, metavar="N", bounds=Range(1))
+    max_explain: int = option(20, "most SMILES in one /explain request", type=int,
+                              metavar="N", bounds=Range(1))
+    max_body_bytes: int = option(2_000_000, "largest request body in bytes (more: 413)",
+                                 type=int, metavar="BYTES", bounds=Range(1))
+    workers: int = option(2, "threads predicting and explaining at once; further requests "
+                          "wait their turn", type=int, bounds=Range(1))
     num_threads: int = _threads()

@@ -1,8 +1,8 @@
 """The ``setattn`` argument parser. Every flag is a dataclass field made with ``option``:
 ``train``'s come from the run's config dataclasses (``setattn.molprop.config``) and
-``TrainFlags``, ``predict``'s from ``PredictFlags``, ``explain``'s from ``ExplainFlags``
-(``setattn.cli.flags``), so each flag is defined once, beside its default and the range
-of values it accepts."""
+``TrainFlags``, ``predict``'s from ``PredictFlags``, ``explain``'s from ``ExplainFlags``,
+``serve``'s from ``ServeFlags`` (``setattn.cli.flags``), so each flag is defined once,
+beside its default and the range of values it accepts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import MISSING, Field
 from typing import Any
 
-from setattn.cli.flags import RUN_DIR_FLAGS, ExplainFlags, PredictFlags, TrainFlags
+from setattn.cli.flags import (
+    RUN_DIR_FLAGS,
+    ExplainFlags,
+    PredictFlags,
+    ServeFlags,
+    TrainFlags,
+)
 from setattn.molprop.options import Range, flag_fields, range_error
 from setattn.molprop.settings import run_flags
 
@@ -88,7 +94,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``setattn`` argument parser with its three subcommands."""
+    """The ``setattn`` argument parser with its subcommands."""
     parser = argparse.ArgumentParser(
         prog="setattn", description="Molecule property prediction with attention over atoms.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -105,4 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
         "draws one molecule; --data explains every row of a CSV into a folder (atoms.csv, "
         "molecules.csv, pictures, errors.csv).")
     _add_flags(explain, flag_fields(ExplainFlags))
+    serve = sub.add_parser(
+        "serve", help="a web page and a JSON API for a trained run",
+        description="Serve a run on http://HOST:PORT/: a page to paste SMILES or upload a "
+        "CSV (predictions, intervals, atom pictures, a CSV download) and a JSON API "
+        "(/predict, /explain, /model; its description at /docs). Needs the serve extra: "
+        "pip install 'setattn[serve]'.")
+    _add_flags(serve, flag_fields(ServeFlags))
     return parser

@@ -1,6 +1,7 @@
 """An ensemble's predictions for SMILES: for lists of them, and streamed from a CSV.
 
-``predict_spread`` / ``predict_smiles`` / ``predict_interval`` take a list of SMILES.
+``predict_spread`` / ``predict_smiles`` / ``predict_interval`` take a list of SMILES;
+``predict_table`` gives the rows ``predict_csv`` would write for such a list.
 ``predict_csv`` streams a CSV of any size through an ensemble, ``CHUNK_ROWS`` rows at a
 time, optionally in a pool of forked worker processes, and writes one output row per
 input row, in order. The models run through ``setattn.molprop.inference``.
@@ -34,7 +35,7 @@ from setattn.molprop.run_files import (
 )
 
 __all__ = ["CHUNK_ROWS", "predict_csv", "predict_interval", "predict_smiles",
-           "predict_spread"]
+           "predict_spread", "predict_table", "prediction_rows"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
@@ -272,29 +273,55 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
             stream = _predict_stream(models, tasks, source, workers, worker_init,
                                      max_heavy_atoms, kind)
             for smiles, (mean, std, u, messages) in stream:
-                _write_rows(writer, smiles, mean, std, u, messages, len(models) > 1,
-                            calibration)
+                writer.writerows(prediction_rows(smiles, mean, std, u, messages,
+                                                 len(models) > 1, calibration))
                 counts["rows"] += len(smiles)
                 counts["notes"] += sum(1 for m in messages if m.startswith("note: "))
                 counts["errors"] += sum(1 for m in messages if m and not m.startswith("note: "))
     return counts
 
 
-def _write_rows(writer, smiles: list[str], mean: torch.Tensor, std: torch.Tensor,
-                u: torch.Tensor, messages: list[str], with_std: bool,
-                calibration: Calibration | None) -> None:
-    """One output row per SMILES: it, the (T,) means, the (T,) stds if ``spread``, each
-    target's interval ends (from ``u``) with a ``calibration``, the message."""
+def prediction_rows(smiles: Sequence[str], mean: torch.Tensor, std: torch.Tensor,
+                    u: torch.Tensor, messages: Sequence[str], with_std: bool,
+                    calibration: Calibration | None) -> list[list[str]]:
+    """The output rows of M SMILES, as ``predict_csv`` writes them: per SMILES, it, the
+    (T,) means of ``mean`` (M, T), the (T,) stds of ``std`` (M, T) if ``with_std``, each
+    target's interval ends (from ``u`` (M, T)) with a ``calibration``, and its message;
+    numbers as text (``%.8g``), "" for NaN."""
     if calibration is not None:
         lower, upper = bounds(mean, u, calibration)  # (M, T) each
         ends = torch.stack([lower, upper], dim=2).flatten(1)  # (M, 2T): t's lower, upper
+    rows = []
     for m, text in enumerate(smiles):
         cells = [text, *(_cell(v) for v in mean[m].tolist())]
         if with_std:
             cells += [_cell(v) for v in std[m].tolist()]
         if calibration is not None:
             cells += [_cell(v) for v in ends[m].tolist()]
-        writer.writerow([*cells, messages[m]])
+        rows.append([*cells, messages[m]])
+    return rows
+
+
+def predict_table(models: Sequence[MoleculeModel], targets: Sequence[str],
+                  smiles: Sequence[str], smiles_column: str = "smiles", *,
+                  max_heavy_atoms: int = MAX_HEAVY_ATOMS,
+                  calibration: Calibration | None = None, source: str = "smiles"
+                  ) -> tuple[list[str], list[list[str]]]:
+    """The header and the M rows that ``predict_csv`` writes for a CSV of these M SMILES
+    (same columns, numbers, errors and notes), without a file: for a list of SMILES
+    held in memory (a web request).
+
+    Raises:
+        ValueError: if a target would share its column name with another column.
+    """
+    check_prediction_columns(smiles_column, targets, "--model")
+    header = prediction_columns(smiles_column, targets, len(models) > 1,
+                                calibration is not None)
+    smiles = list(smiles)
+    kind = calibration.spread if calibration is not None else ENSEMBLE
+    mean, std, u, messages = _predict_chunk(models, smiles, 0, source, max_heavy_atoms, kind)
+    return header, prediction_rows(smiles, mean, std, u, messages, len(models) > 1,
+                                   calibration)
 
 
 def _chunk_tasks(chunks: Iterable[list[list[str]]], col: int) -> Iterator[tuple[int, list[str]]]:

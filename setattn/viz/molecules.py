@@ -26,7 +26,7 @@ from setattn.domains.molecules import keep_largest_fragment, parse_smiles
 from setattn.viz.colours import contribution_colours
 
 __all__ = ["atom_disc_drawing", "contribution_colours", "draw_atom_contributions",
-           "draw_atom_weights", "weight_colour"]
+           "draw_atom_discs", "draw_atom_weights", "weight_colour"]
 
 _LOW = np.array([1.0, 1.0, 1.0])  # weight 0: white
 _HIGH = np.array([0.84, 0.15, 0.16])  # the largest weight of a panel: red
@@ -145,11 +145,20 @@ def atom_disc_drawing(mol: Chem.Mol, colours: Sequence[tuple[float, float, float
     Returns:
         (PNG bytes, N (x, y) pixel positions of the atoms in that PNG).
     """
+    drawer = rdMolDraw2D.MolDraw2DCairo(*size)
+    points = draw_atom_discs(drawer, mol, colours, notes)
+    return drawer.GetDrawingText(), points
+
+
+def draw_atom_discs(drawer: rdMolDraw2D.MolDraw2D, mol: Chem.Mol,
+                    colours: Sequence[tuple[float, float, float]],
+                    notes: Sequence[str] | None = None) -> list[tuple[float, float]]:
+    """Draw ``mol`` with a disc of ``colours[k]`` on atom k into an RDKit ``drawer``
+    (PNG or SVG: the same picture) and finish it; returns the N atoms' pixel centres."""
     mol = Chem.Mol(mol)
     for atom, note in zip(mol.GetAtoms(), notes or []):
         atom.SetProp("atomNote", note)
     n = mol.GetNumAtoms()
-    drawer = rdMolDraw2D.MolDraw2DCairo(*size)
     options = drawer.drawOptions()
     options.clearBackground = True
     options.annotationFontScale = 0.6
@@ -160,7 +169,7 @@ def atom_disc_drawing(mol: Chem.Mol, colours: Sequence[tuple[float, float, float
         highlightAtomRadii={a: 0.42 for a in range(n)}, highlightBonds=[])
     drawer.FinishDrawing()
     points = [drawer.GetDrawCoords(a) for a in range(n)]
-    return drawer.GetDrawingText(), [(float(p.x), float(p.y)) for p in points]
+    return [(float(p.x), float(p.y)) for p in points]
 
 
 def draw_atom_contributions(

@@ -1,6 +1,6 @@
 """The package's import arrows point one way (ARCHITECTURE.md): engine <- nn <-
-domains <- datasets, viz, explain <- molprop <- cli. A module may import its own layer or lower
-ones, never a higher one (function-level imports included)."""
+domains <- datasets, viz, explain <- molprop <- serve <- cli. A module may import its own
+layer or lower ones, never a higher one (function-level imports included)."""
 
 import ast
 from pathlib import Path
@@ -16,6 +16,7 @@ LAYERS = [
     ("setattn.domains",),
     ("setattn.datasets", "setattn.viz", "setattn.explain"),
     ("setattn.molprop",),
+    ("setattn.serve",),  # the web server: over molprop, started by the command line
     ("setattn.cli",),
     ("setattn",),  # the package root
 ]
