@@ -78,7 +78,8 @@ class PredictFlags:
         smiles_column: None: the run's.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
         max_heavy_atoms: larger molecules get no prediction (None: the run's setting).
-        workers: processes featurising and predicting chunks in parallel.
+        workers: processes featurising and predicting in parallel (None: the free
+            cores, ``predict.free_cores``).
         device: where the models run.
         num_threads: torch CPU threads.
     """
@@ -93,9 +94,10 @@ class PredictFlags:
         None, "molecules with more heavy atoms get no prediction (default: the run's "
         f"setting, {MAX_HEAVY_ATOMS} unless it set another)", type=int, metavar="N",
         bounds=Range(1))
-    workers: int = option(1, "processes featurising and predicting chunks in parallel "
-                          "(default: 1, this process alone); the output is the same",
-                          type=int, bounds=Range(1), show_default=False)
+    workers: int | None = option(
+        None, "processes featurising and predicting in parallel (default: the cores free "
+        "now, the usable cores less the 1-minute load average; 1 with a GPU); the output "
+        "is the same", type=int, bounds=Range(1))
     device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
     num_threads: int = _threads()
 

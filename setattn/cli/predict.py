@@ -12,7 +12,7 @@ from setattn.datasets.files import check_encoding, existing_file
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.predict import predict_csv
+from setattn.molprop.predict import free_cores, predict_csv
 from setattn.molprop.run_files import check_output_file, run_file_paths
 
 __all__ = ["cmd_predict"]
@@ -28,15 +28,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
     existing_file(args.data, "--data")
     check_output_file(args.output, {"--data": args.data, **run_file_paths(Path(args.model))})
     device = resolve_device(args.device)
-    if args.workers > 1 and device.type != "cpu":  # CUDA does not survive a fork
-        raise ValueError(f"argument --workers: {args.workers} worker processes need "
+    workers = args.workers
+    if workers is None:  # CUDA does not survive a fork: one process with a GPU
+        workers = free_cores() if device.type == "cpu" else 1
+    if workers > 1 and device.type != "cpu":
+        raise ValueError(f"argument --workers: {workers} worker processes need "
                          f"--device cpu (got {args.device}, which is {device})")
     models, meta = load_run(args.model, device)
     smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
     max_atoms = args.max_heavy_atoms or meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
     try:
         counts = predict_csv(models, meta["target_columns"], args.data, args.output,
-                             smiles_column, workers=args.workers, worker_init=one_thread,
+                             smiles_column, workers=workers, worker_init=one_thread,
                              encoding=args.encoding, max_heavy_atoms=max_atoms,
                              calibration=meta.get("conformal"))
     except BrokenProcessPool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gc
 import multiprocessing
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -23,6 +24,7 @@ from torch import Tensor
 from setattn.datasets.files import check_columns, open_csv
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, fragment_note
 from setattn.files import atomic_open
+from setattn.molprop.chunk_cache import cached_chunk
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.featurize import featurize
 from setattn.molprop.inference import interval_spread, model_predictions, spread
@@ -34,13 +36,28 @@ from setattn.molprop.run_files import (
     prediction_columns,
 )
 
-__all__ = ["CHUNK_ROWS", "predict_csv", "predict_interval", "predict_smiles",
-           "predict_spread", "predict_table", "prediction_rows"]
+__all__ = ["BLOCK_ROWS", "CHUNK_ROWS", "free_cores", "predict_csv", "predict_interval",
+           "predict_smiles", "predict_spread", "predict_table", "prediction_rows"]
 
 CHUNK_ROWS = 2_000
-"""Rows of the input CSV read, featurised and predicted at a time by ``predict_csv`` (by
-one worker with several): memory holds a few chunks, whatever the input's size. How it
+"""Rows of the input CSV read at a time by ``predict_csv`` (featurised and predicted in
+blocks of ``BLOCK_ROWS``): memory holds a few chunks, whatever the input's size. How it
 was chosen: ``docs/guide/defaults.rst``."""
+
+BLOCK_ROWS = 250
+"""Rows featurised and predicted as one task (by one worker process with several), and
+one entry of the feature cache: a chunk is split into blocks so that several workers
+share even a small file, and the cache finds the same blocks whatever the workers."""
+
+
+def free_cores() -> int:
+    """Worker processes for ``setattn predict`` by default: the cores this process may
+    use less the machine's 1-minute load average (the cores other work keeps busy), at
+    least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+    busy = int(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return max(1, min(cores, cores - busy))
 
 
 def _read_chunks(records: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
@@ -63,11 +80,30 @@ def _message(err: InvalidSmilesError) -> str:
     return f"invalid SMILES: {err.reason}"
 
 
+def _featurise_chunk(smiles: Sequence[str], descriptor_dim: int, first_row: int, source: str,
+                     max_heavy_atoms: int) -> tuple[list, list[int], list[str]]:
+    """The chunk's molecules, the offsets of the SMILES they came from, and one message
+    per SMILES ("", "note: ..." or why it has no molecule)."""
+    data, ok, messages = [], [], []
+    for offset, text in enumerate(smiles):
+        try:
+            data.append(featurize(text, descriptor_dim, row=first_row + offset, source=source,
+                                  max_heavy_atoms=max_heavy_atoms))
+            ok.append(offset)
+            note = fragment_note(text)
+            messages.append(f"note: {note}" if note else "")
+        except InvalidSmilesError as err:
+            messages.append(_message(err))
+    return data, ok, messages
+
+
 @torch.no_grad()
 def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first_row: int,
-                   source: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE
+                   source: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE,
+                   cache: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
-    """Predictions for one chunk of SMILES.
+    """Predictions for one chunk of SMILES; with ``cache``, its featurisation is read from
+    and written to the feature cache (``chunk_cache``).
 
     Returns:
         mean (M, T) and std (M, T) over the models and the intervals' ``u`` (M, T) of a
@@ -79,16 +115,11 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
     """
     descriptor_dim = models[0].config.descriptor_dim
     num_tasks = models[0].config.num_tasks
-    data, ok, errors = [], [], []
-    for offset, text in enumerate(smiles):
-        try:
-            data.append(featurize(text, descriptor_dim, row=first_row + offset, source=source,
-                                  max_heavy_atoms=max_heavy_atoms))
-            ok.append(offset)
-            note = fragment_note(text)
-            errors.append(f"note: {note}" if note else "")
-        except InvalidSmilesError as err:
-            errors.append(_message(err))
+    def featurise() -> tuple[list, list[int], list[str]]:
+        return _featurise_chunk(smiles, descriptor_dim, first_row, source, max_heavy_atoms)
+
+    data, ok, errors = cached_chunk(smiles, descriptor_dim, max_heavy_atoms, featurise) \
+        if cache else featurise()
     # the chunk's output table: on the CPU, where ``model_predictions`` returns its rows
     mean = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
     std = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
@@ -169,7 +200,7 @@ def _worker_chunk(task: tuple[int, list[str]]) -> tuple:
     first_row, smiles = task
     mean, std, u, errors = _predict_chunk(_WORKER["models"], smiles, first_row,
                                           _WORKER["source"], _WORKER["max_heavy_atoms"],
-                                          _WORKER["kind"])
+                                          _WORKER["kind"], cache=True)
     return mean.numpy(), std.numpy(), u.numpy(), errors  # arrays travel back as plain bytes
 
 
@@ -187,7 +218,7 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     if workers <= 1:
         for first_row, smiles in tasks:
             yield smiles, _predict_chunk(models, smiles, first_row, source, max_heavy_atoms,
-                                         kind)
+                                         kind, cache=True)
         return
     if kind == KERNEL:  # the posterior std's factor, once, before the workers fork
         models[0].kernel.posterior_factor()
@@ -240,8 +271,8 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
     semicolon or tab, ``encoding``).
 
     Args:
-        workers: processes featurising and predicting chunks in parallel (1: this one);
-            the output is the same for any number.
+        workers: processes featurising and predicting blocks of ``BLOCK_ROWS`` rows in
+            parallel (1: this one); the output is the same for any number.
         worker_init: called first in each worker process (the command line limits each
             worker to one torch thread there).
         encoding: the text encoding of ``data`` (None: UTF-8, or UTF-16 with its BOM).
@@ -325,8 +356,11 @@ def predict_table(models: Sequence[MoleculeModel], targets: Sequence[str],
 
 
 def _chunk_tasks(chunks: Iterable[list[list[str]]], col: int) -> Iterator[tuple[int, list[str]]]:
-    """(first data row, SMILES of the chunk) per chunk; a short record gives ""."""
+    """(first data row, SMILES) per block of at most ``BLOCK_ROWS`` rows of each chunk; a
+    short record gives ""."""
     first_row = 0
     for chunk in chunks:
-        yield first_row, [record[col] if col < len(record) else "" for record in chunk]
+        smiles = [record[col] if col < len(record) else "" for record in chunk]
+        for start in range(0, len(smiles), BLOCK_ROWS):
+            yield first_row + start, smiles[start:start + BLOCK_ROWS]
         first_row += len(chunk)

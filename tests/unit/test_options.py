@@ -38,8 +38,9 @@ PREDICT = [
      "(default: UTF-8, or UTF-16 with its byte-order mark)"),
     ("--max-heavy-atoms", None, False, "N", None, "molecules with more heavy atoms get no "
      "prediction (default: the run's setting, 300 unless it set another)"),
-    ("--workers", 1, False, None, None, "processes featurising and predicting chunks in "
-     "parallel (default: 1, this process alone); the output is the same"),
+    ("--workers", None, False, None, None, "processes featurising and predicting in "
+     "parallel (default: the cores free now, the usable cores less the 1-minute load "
+     "average; 1 with a GPU); the output is the same"),
     ("--device", "auto", False, "DEVICE", None, DEVICE_HELP),
     THREADS,
 ]

@@ -1,0 +1,92 @@
+"""Featurised blocks of SMILES come back from the cache as they went in, and only for the
+same SMILES and settings; a damaged entry or ``SETATTN_CACHE_DIR=off`` means featurising.
+``predict_csv`` cuts its input into fixed blocks, and its default worker count leaves the
+busy cores alone."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from setattn.domains.descriptors import descriptor_count
+from setattn.molprop import chunk_cache, predict
+from setattn.molprop.predict import _featurise_chunk
+
+SMILES = ["CCO", "not a smiles", "c1ccccc1O", "CC(=O)[O-].[Na+]"]
+
+
+def counted(smiles, calls, dim=0):
+    def featurise():
+        calls.append(1)
+        return _featurise_chunk(smiles, dim, 0, "test.csv", 300)
+    return featurise
+
+
+def entries(folder):
+    return sorted((folder / "chunks").glob("*.pt"))
+
+
+def test_second_call_reads_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path))
+    dim, calls = descriptor_count(), []
+    cold = chunk_cache.cached_chunk(SMILES, dim, 300, counted(SMILES, calls, dim))
+    warm = chunk_cache.cached_chunk(SMILES, dim, 300, counted(SMILES, calls, dim))
+    assert len(calls) == 1 and len(entries(tmp_path)) == 1
+    assert warm[1] == cold[1] == [0, 2, 3]
+    assert warm[2] == cold[2] and warm[2][1].startswith("invalid SMILES")
+    assert warm[2][3].startswith("note: ")
+    for a, b in zip(cold[0], warm[0]):
+        assert a.smiles == b.smiles
+        for key in ("x", "edge_index", "edge_attr", "descriptors"):
+            assert torch.equal(a[key], b[key])
+
+
+def test_other_smiles_or_settings_are_other_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path))
+    calls = []
+    chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    chunk_cache.cached_chunk(SMILES[:3], 0, 300, counted(SMILES[:3], calls))
+    chunk_cache.cached_chunk(SMILES, 0, 5, counted(SMILES, calls))
+    assert len(calls) == 3 and len(entries(tmp_path)) == 3
+
+
+def test_damaged_entry_is_featurised_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path))
+    calls = []
+    first = chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    (file,) = entries(tmp_path)
+    entry = torch.load(file, weights_only=True)
+    entry["content"]["x"][0, 0] += 1.0  # edited content: the checksum no longer matches
+    torch.save(entry, file)
+    again = chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    assert len(calls) == 2 and torch.equal(again[0][0].x, first[0][0].x)
+    file.write_bytes(b"not a torch file")
+    chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    assert len(calls) == 3
+
+
+def test_cache_off_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", "off")
+    calls = []
+    for _ in range(2):
+        chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    assert len(calls) == 2 and not list(tmp_path.iterdir())
+
+
+def test_chunks_are_split_into_blocks_at_fixed_rows():
+    chunks = [[[f"C{i}"] for i in range(600)], [["O"]] * 10]  # CSV records, column 0
+    tasks = list(predict._chunk_tasks(chunks, 0))
+    assert [(first, len(smiles)) for first, smiles in tasks] == \
+        [(0, 250), (250, 250), (500, 100), (600, 10)]
+    assert tasks[1][1][0] == "C250" and predict.BLOCK_ROWS == 250
+
+
+def test_free_cores_leave_the_busy_ones(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.7, 1.0, 1.0))
+    assert predict.free_cores() == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 1.0, 1.0))
+    assert predict.free_cores() == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 1.0, 1.0))
+    assert predict.free_cores() == 4
