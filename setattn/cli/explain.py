@@ -16,7 +16,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from setattn.datasets.files import read_column
-from setattn.domains.molecules import InvalidSmilesError, fragment_note
+from setattn.domains.atom_notes import molecule_note
+from setattn.domains.molecules import InvalidSmilesError
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
 from setattn.molprop.explain import MoleculeExplanation, explain_molecule, explain_smiles
@@ -53,7 +54,7 @@ def _explain_one(args: argparse.Namespace, models: list, target: str, t: int) ->
     e = explain_smiles(models, args.smiles, args.method, t, args.max_heavy_atoms)
     _draw(e, target, args.method, output)
     which = f" (the mean of an ensemble of {len(models)})" if len(models) > 1 else ""
-    note = fragment_note(args.smiles)
+    note = molecule_note(args.smiles)
     which += f" (note: {note})" if note else ""
     print(f"{args.smiles}: predicted {prediction_text(e, target)}{which}; {args.method}: "
           f"{e.attribution.note}; {sum_text(e)}; drawn in {output}")

@@ -27,6 +27,9 @@ more heavy atoms (after fragment selection), and ``time_budget=S`` stops computi
 descriptors once S seconds have passed (checked between two descriptors), both with
 ``MoleculeSkippedError``, so that a 1,000-atom chain cannot hold up a whole data set.
 
+Isotopes are stripped before featurisation (``setattn.domains.isotopes``: ``[2H]``
+becomes an implicit hydrogen), so a deuterated SMILES is featurised as the plain one.
+
 Bond features (``BOND_FEATURE_DIM`` = 14 columns, ``bond_feature_names()``):
 bond type, conjugation, ring membership, stereo.
 
@@ -49,6 +52,7 @@ from torch_geometric.data import Data
 
 from setattn.domains.descriptors import DescriptorTimeout, mol_descriptors
 from setattn.domains.errors import InvalidSmilesError, MoleculeSkippedError, short_smiles
+from setattn.domains.isotopes import strip_isotopes
 
 __all__ = [
     "ATOM_FEATURE_DIM",
@@ -383,6 +387,8 @@ def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | No
     if isinstance(smiles_or_mol, str):
         smiles = smiles_or_mol
         mol = parse_smiles(smiles, row=row, source=source)
+        if "[" in smiles:  # isotopes only come in brackets
+            mol = strip_isotopes(mol)
         return mol, smiles, "." in smiles, "@" in smiles, "/" in smiles or "\\" in smiles
     if isinstance(smiles_or_mol, Chem.Mol):
         if smiles_or_mol.GetNumAtoms() == 0:

@@ -8,13 +8,23 @@ Checkpoints are plain dicts of tensors and JSON-like values with a format marker
 written atomically (temporary file in the same folder, then ``os.replace``) and read
 with ``torch.load(..., weights_only=True)``: a file that is not ours is refused and
 never executes code.
+
+Each checkpoint also holds ``checksum``, the SHA-256 of its tensor data
+(``tensor_checksum``: every tensor's place in the dict, dtype, shape and bytes, in a
+fixed order), verified at every load: a file damaged inside its tensor data (a flipped
+bit the zip container does not notice) is refused with a ``CheckpointError`` naming it,
+in ``predict``, ``explain``, ``--resume`` and ``MoleculePredictor.load`` alike. A
+checkpoint without the key (written before checksums existed) is read as before,
+unverified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import re
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -29,7 +39,9 @@ from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
 from setattn.molprop.options import key_error
 
 __all__ = ["CheckpointError", "build_model", "load_checkpoint", "load_model", "load_run",
-           "on_cpu", "read_calibration", "save_checkpoint", "snapshot"]
+           "on_cpu", "read_calibration", "save_checkpoint", "snapshot", "tensor_checksum"]
+
+_UNCHECKED = ("setattn_format", "checksum")  # the keys a checksum does not cover
 
 
 class CheckpointError(ValueError):
@@ -43,12 +55,51 @@ def save_checkpoint(payload: dict, path: str | Path) -> Path:
     on the CPU, whatever device they are on, so the file loads anywhere.
 
     Args:
-        payload: a dict of tensors and JSON-like values (no other objects).
+        payload: a dict of tensors and JSON-like values (no other objects); its
+            ``setattn_format`` and ``checksum`` keys, if any, are replaced.
         path: the checkpoint file.
     """
+    content = {k: v for k, v in on_cpu(payload).items() if k not in _UNCHECKED}
     with atomic_open(path, "wb") as handle:
-        torch.save({"setattn_format": FORMAT, **on_cpu(payload)}, handle)
+        torch.save({"setattn_format": FORMAT, **content,
+                    "checksum": tensor_checksum(content)}, handle)
     return path
+
+
+def _tensors(obj: Any, where: str) -> Iterator[tuple[str, Tensor]]:
+    """(place, tensor) of every tensor in ``obj``: dicts by sorted key, lists in order."""
+    if isinstance(obj, Tensor):
+        yield where, obj
+    elif isinstance(obj, dict):
+        for key in sorted(obj, key=str):
+            yield from _tensors(obj[key], f"{where}/{key}")
+    elif isinstance(obj, (list, tuple)):
+        for k, value in enumerate(obj):
+            yield from _tensors(value, f"{where}/{k}")
+
+
+def tensor_checksum(payload: dict) -> str:
+    """SHA-256 (hex) of a checkpoint's tensor data: each tensor's place, dtype, shape and
+    bytes, in a fixed order; the ``setattn_format`` and ``checksum`` keys are left out."""
+    digest = hashlib.sha256()
+    content = {k: v for k, v in payload.items() if k not in _UNCHECKED}
+    for where, tensor in _tensors(content, ""):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{where}:{flat.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _verify(ckpt: dict, path: Path) -> None:
+    """Refuse a checkpoint whose tensor data does not match its checksum (none: one
+    written before checksums, read unverified)."""
+    stored = ckpt.get("checksum")
+    if stored is None:
+        return
+    if not isinstance(stored, str) or stored != tensor_checksum(ckpt):
+        raise CheckpointError(f"{path}: damaged checkpoint: its tensor data does not match "
+                              f"the checksum written with it; restore the file from a copy "
+                              f"or train again")
 
 
 def on_cpu(obj: Any) -> Any:
@@ -88,7 +139,8 @@ def load_checkpoint(path: str | Path, kind: str = "model",
 
     Raises:
         FileNotFoundError: if ``path`` does not exist (naming it).
-        CheckpointError: naming ``path`` if it is not a setattn checkpoint of that kind.
+        CheckpointError: naming ``path`` if it is not a setattn checkpoint of that kind,
+            or its tensor data does not match its checksum (damaged).
     """
     path = Path(path)
     if not path.is_file():
@@ -118,6 +170,7 @@ def load_checkpoint(path: str | Path, kind: str = "model",
     if ckpt["setattn_format"] != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {ckpt['setattn_format']!r} is not "
                               f"{FORMAT}; it was written by another setattn version")
+    _verify(ckpt, path)
     missing = [key for key in _REQUIRED[kind] if key not in ckpt]
     if missing or ckpt.get("kind") != kind:
         raise CheckpointError(f"{path}: not a setattn {kind} checkpoint "

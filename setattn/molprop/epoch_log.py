@@ -2,6 +2,9 @@
 
     model, epoch, train_loss, val_loss, val_<metric>, lr, seconds
 
+``lr`` is the learning rate of the epoch's last optimiser step (the schedule's value
+after it would be the next epoch's first).
+
 The file is rewritten whole and atomically (a reader never sees half of it), so a
 resumed run, whose epochs since the last ``last.pt`` are redone, leaves no stale rows.
 Each row is formatted once: ``EpochLog`` keeps the lines of the rows it has seen, and a

@@ -16,8 +16,9 @@ for every row of a molecule CSV, with two additions:
   turns the cache off.
 - **limits**: molecules with more than ``max_heavy_atoms`` heavy atoms, or whose
   featurisation runs past ``limits.FEATURIZE_SECONDS``, are failures like invalid
-  SMILES (``MoleculeSkippedError``); SMILES of several fragments keep the largest and
-  get a ``MoleculeNote``.
+  SMILES (``MoleculeSkippedError``); SMILES of several fragments keep the largest, and
+  those with isotopes (stripped), dummy atoms or unusual elements get a ``MoleculeNote``
+  (``setattn.domains.atom_notes``).
 - **processes**: sets of at least ``PARALLEL_MIN`` molecules are featurised in chunks by
   a pool of forked processes (one per available core, ``SETATTN_FEATURIZE_WORKERS`` to
   override; 0 or 1 means in this process). The order of molecules and failures is the
@@ -41,24 +42,26 @@ from torch_geometric.data import Data
 
 from setattn.datasets.files import PathLike, as_list, existing_file, file_sha256
 from setattn.datasets.molecules import MoleculeNote, MoleculeSet, read_molecule_table
+from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import (
     InvalidSmilesError,
     MoleculeSkippedError,
-    fragment_note,
     mol_to_data,
 )
 from setattn.files import atomic_open
 from setattn.molprop.batching import pack
+from setattn.molprop.deadline import WORKER_ATOMS, in_worker, needs_worker, stop_pool
 from setattn.molprop.distributed import world
 from setattn.molprop.limits import FEATURIZE_SECONDS, MAX_HEAVY_ATOMS
 
 __all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "featurize", "featurize_csv"]
 
 
-FEATURIZER_VERSION = 3
+FEATURIZER_VERSION = 4
 """Bump when ``mol_to_data`` or the descriptors change: old cache entries are then unused.
 2: chirality is the CIP label (R/S), not the atom-order-dependent CW/CCW tag.
-3: a SMILES with whitespace inside is invalid (RDKit read "C CO" as methane)."""
+3: a SMILES with whitespace inside is invalid (RDKit read "C CO" as methane).
+4: isotopes are stripped (``setattn.domains.isotopes``), with a note."""
 
 
 PARALLEL_MIN = 2000
@@ -81,7 +84,9 @@ def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
         descriptor_dim: F_desc the model expects (0: no descriptors).
         row, source: the file row and name it came from, carried into errors.
         max_heavy_atoms: larger molecules (the largest fragment) are skipped.
-        time_budget: seconds the featurisation may take (checked between descriptors).
+        time_budget: seconds the featurisation may take (checked between descriptors;
+            a molecule of more than ``deadline.WORKER_ATOMS`` heavy atoms is featurised
+            in a worker process killed at the deadline, and on SIGTERM or Ctrl-C).
 
     Returns:
         ``Data`` with ``x``, ``edge_index``, ``edge_attr``, ``smiles`` and, with
@@ -92,8 +97,14 @@ def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
             (a subclass) for a molecule above the size limit or the time budget.
         ValueError: if this RDKit computes another number of descriptors than the model's.
     """
-    data = mol_to_data(smiles, descriptors=bool(descriptor_dim), row=row, source=source,
-                       max_heavy_atoms=max_heavy_atoms, time_budget=time_budget)
+    def work() -> Data:
+        return mol_to_data(smiles, descriptors=bool(descriptor_dim), row=row, source=source,
+                           max_heavy_atoms=max_heavy_atoms, time_budget=time_budget)
+
+    # RDKit's descriptors of a large molecule cannot be interrupted: run them in a
+    # worker process that is killed at the deadline (``setattn.molprop.deadline``)
+    large = descriptor_dim and max_heavy_atoms > WORKER_ATOMS and needs_worker(smiles)
+    data = in_worker(work, smiles, time_budget, row=row, source=source) if large else work()
     if descriptor_dim and data.descriptors.shape[1] != descriptor_dim:
         raise ValueError(
             f"the model expects {descriptor_dim} descriptors but this RDKit computes "
@@ -171,7 +182,7 @@ def _featurize_chunk(task: tuple[list[int], list[str], str, int, int]) -> tuple[
                              isinstance(err, MoleculeSkippedError)])
             continue
         done.append(row)
-        note = fragment_note(s)
+        note = molecule_note(s)
         if note:
             notes.append([row, s, note])
     packed = pack(data, descriptor_dim)
@@ -210,7 +221,11 @@ def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_di
         ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
         # forked workers keep this process's torch thread count (set by the caller)
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            results = list(pool.map(_featurize_chunk, tasks))
+            try:
+                results = list(pool.map(_featurize_chunk, tasks))
+            except BaseException:  # SIGTERM, Ctrl-C: stop now, not after every chunk
+                stop_pool(pool)
+                raise
     else:
         results = [_featurize_chunk(t) for t in tasks]
     packed = _concat([r[0] for r in results], descriptor_dim)

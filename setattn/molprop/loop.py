@@ -30,6 +30,7 @@ from setattn.files import json_safe
 from setattn.molprop import distributed
 from setattn.molprop.batching import PackedMolecules, batches, stacked_targets
 from setattn.molprop.checkpoint import (
+    CheckpointError,
     build_model,
     load_checkpoint,
     load_model,
@@ -40,7 +41,7 @@ from setattn.molprop.config import TrainConfig, legacy_batch_size
 from setattn.molprop.device import autocast, resolve_device, to_device
 from setattn.molprop.inference import forward_batches
 from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
-from setattn.molprop.model import MoleculeModel
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
 
 __all__ = ["CHECKPOINT_SECONDS", "DivergedError", "FitResult", "Progress", "fit"]
 
@@ -249,6 +250,7 @@ def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bo
         state = distributed.broadcast(
             load_checkpoint(last_path, "training") if w.is_main and last_path.is_file() else None)
     if state is not None:
+        _check_architecture(state["config"], training.model, last_path)
         progress = training.restore(state)
         if progress.epoch:
             log(f"model {member}: resuming after epoch {progress.epoch} from {last_path}")
@@ -262,14 +264,38 @@ def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bo
     return progress
 
 
-def _train_epoch(training: _Training, batches: Iterable[Batch]) -> float:
+def _check_architecture(saved: Any, model: MoleculeModel, path: Path) -> None:
+    """Refuse to resume from ``path`` when the model it holds differs from the one the
+    run's settings build (``config.json`` edited since), naming the first field that
+    differs.
+
+    Raises:
+        CheckpointError: naming ``path``, the field and both values.
+    """
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path}: its 'config' is not a dict of model settings")
+    now = model.config.to_dict()
+    saved = MoleculeModelConfig.from_dict(saved, str(path), "config.").to_dict()
+    for key in now:
+        if saved[key] != now[key]:
+            raise CheckpointError(
+                f"{path}: the model was trained with model.{key} {saved[key]!r}, but the "
+                f"run's settings (config.json) now give {now[key]!r}; --resume continues a "
+                f"run with the settings it started with: restore config.json or start a "
+                f"new run")
+
+
+def _train_epoch(training: _Training, batches: Iterable[Batch]) -> tuple[float, float]:
     """One pass of optimiser steps over ``batches``; returns the mean training loss per
-    molecule over all ranks. The sampler says which molecules each batch holds."""
+    molecule over all ranks, and the learning rate of the epoch's last step (the
+    schedule's ``get_last_lr`` after it is the next step's). The sampler says which
+    molecules each batch holds."""
     w = distributed.world()
     model, sampler = training.model, training.sampler
     task = model.config.task
     model.train()
     total, count = 0.0, 0
+    lr = training.optimizer.param_groups[0]["lr"]
     for batch in batches:
         batch = to_device(batch, training.device)  # targets included
         with autocast(training.device, training.precision):
@@ -282,11 +308,12 @@ def _train_epoch(training: _Training, batches: Iterable[Batch]) -> float:
             loss = shard_loss(out, y, task, labelled, w.size, sampler.padding)
         training.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        lr = training.optimizer.param_groups[0]["lr"]  # this step's
         training.optimizer.step()
         training.scheduler.step()
         total += loss.item() / w.size * len(sampler.current)
         count += len(sampler.current)
-    return distributed.all_reduce_sum(total) / max(count, 1)
+    return distributed.all_reduce_sum(total) / max(count, 1), lr
 
 
 def _validate(training: _Training, val_data: Sequence[Data], cached: list[Batch],
@@ -318,7 +345,7 @@ def _run_epoch(training: _Training, progress: Progress, val_data: Sequence[Data]
     start = time.perf_counter()
     bar = tqdm(training.loader, desc=f"model {member} epoch {epoch}/{config.epochs}",
                leave=False, disable=None if w.is_main else True, unit="batch")
-    train_loss = _train_epoch(training, bar)
+    train_loss, lr = _train_epoch(training, bar)
     val_loss, val_metrics = _validate(training, val_data, cached, names)
     value = val_loss if progress.monitor == "loss" else val_metrics[progress.monitor]
     better = improved(value, progress.best_value, progress.monitor)
@@ -327,7 +354,7 @@ def _run_epoch(training: _Training, progress: Progress, val_data: Sequence[Data]
     else:
         progress.bad_epochs += 1
     row = {"model": member, "epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
-           f"val_{progress.monitor}": value, "lr": training.scheduler.get_last_lr()[0],
+           f"val_{progress.monitor}": value, "lr": lr,
            "seconds": time.perf_counter() - start}
     progress.rows = [*progress.rows, row]
     progress.epoch = epoch

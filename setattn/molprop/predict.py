@@ -22,10 +22,12 @@ import torch
 from torch import Tensor
 
 from setattn.datasets.files import check_columns, open_csv
-from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, fragment_note
+from setattn.domains.atom_notes import molecule_note
+from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.files import atomic_open
 from setattn.molprop.chunk_cache import cached_chunk
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
+from setattn.molprop.deadline import stop_pool
 from setattn.molprop.featurize import featurize
 from setattn.molprop.inference import interval_spread, model_predictions, spread
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
@@ -90,7 +92,7 @@ def _featurise_chunk(smiles: Sequence[str], descriptor_dim: int, first_row: int,
             data.append(featurize(text, descriptor_dim, row=first_row + offset, source=source,
                                   max_heavy_atoms=max_heavy_atoms))
             ok.append(offset)
-            note = fragment_note(text)
+            note = molecule_note(text)
             messages.append(f"note: {note}" if note else "")
         except InvalidSmilesError as err:
             messages.append(_message(err))
@@ -110,8 +112,9 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
         calibration of ``kind`` (``interval_spread``; ``std`` itself for
         ``ENSEMBLE``), NaN rows where the SMILES failed; and one message per SMILES: ""
         when it was predicted as written, "note: ..." when predicted with a remark
-        (several fragments: the largest one), else why it was not ("invalid SMILES: ..."
-        or "skipped: ...").
+        (``atom_notes.molecule_note``: several fragments, the largest one; isotopes
+        stripped; dummy atoms or elements the model has not seen), else why it was not
+        ("invalid SMILES: ..." or "skipped: ...").
     """
     descriptor_dim = models[0].config.descriptor_dim
     num_tasks = models[0].config.num_tasks
@@ -230,14 +233,18 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
         with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), _init_worker,
                                  (models, source, max_heavy_atoms, kind, worker_init)) as pool:
             pending: deque = deque()
-            for task in tasks:
-                pending.append((task[1], pool.submit(_worker_chunk, task)))
-                if len(pending) >= 2 * workers:
+            try:
+                for task in tasks:
+                    pending.append((task[1], pool.submit(_worker_chunk, task)))
+                    if len(pending) >= 2 * workers:
+                        smiles, future = pending.popleft()
+                        yield smiles, _from_worker(future.result())
+                while pending:
                     smiles, future = pending.popleft()
                     yield smiles, _from_worker(future.result())
-            while pending:
-                smiles, future = pending.popleft()
-                yield smiles, _from_worker(future.result())
+            except BaseException:  # SIGTERM, Ctrl-C, a bad line: stop the workers now
+                stop_pool(pool)
+                raise
     finally:
         gc.unfreeze()
 

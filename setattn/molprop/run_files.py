@@ -159,7 +159,7 @@ _MEMBER = re.compile(r"model_\d+")  # an ensemble member's folder of checkpoints
 def _would_replace(out: Path, extra: Sequence[str]) -> list[str]:
     """The entries of the folder ``out`` that a run would write over: its records,
     ``extra`` names and ``model_<k>`` folders."""
-    names = {*RUN_RECORDS, *extra, LOCK_NAME}
+    names = {*RUN_RECORDS, *extra}
     return sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
                   if p.name in names or _MEMBER.fullmatch(p.name))
 
@@ -185,7 +185,7 @@ def check_run_dir(out: str | Path, argument: str = "--output-dir", *,
         return out
     if resume and (out / "config.json").is_file():
         return out
-    present = sorted(p.name for p in out.iterdir())
+    present = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)  # RunLock's
     if not present:
         return out
     replaced = _would_replace(out, extra)
