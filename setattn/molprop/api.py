@@ -126,7 +126,8 @@ class MoleculePredictor:
         errors: (index, SMILES, reason) of each SMILES the last ``predict`` or
             ``predict_std`` could not parse or skipped (NaN rows).
         notes: (index, SMILES, note) of each SMILES predicted with a remark (a salt
-            or mixture: its largest fragment was predicted).
+            or mixture: its largest fragment was predicted; isotopes stripped; dummy
+            atoms or elements the model has not seen: ``setattn.domains.atom_notes``).
         run_dir: the run directory the models come from.
 
     Raises:
