@@ -1,7 +1,7 @@
 """``MoleculePredictor``: molecule property prediction from Python, ``fit`` / ``predict``.
 
     model = MoleculePredictor(epochs=30, seed=0)
-    model.fit(smiles, y)                  # y: (M,) or (M, T), NaN where a label is missing
+    model.fit(smiles, y)                  # SMILES or RDKit Mols; y: (M,) or (M, T), NaN = missing
     p = model.predict(new_smiles)         # (M', T); NaN rows and model.errors for bad SMILES
     model.save("runs/sol")                # a run directory, as ``setattn train`` writes
 
@@ -10,7 +10,9 @@ the run directory and calls the same ``run_training`` with the ``RunConfig`` tha
 same options give on the command line (``setattn.molprop.settings.new_run``), so the
 same data, options and seed give the same models and the same ``metrics.json``.
 ``load`` reads any run directory, the command line's included, and ``setattn predict
---model DIR`` reads any that ``save`` wrote.
+--model DIR`` reads any that ``save`` wrote. The predictor is a scikit-learn estimator
+(``get_params`` / ``set_params``, ``score``; ``clone``, ``Pipeline``, ``GridSearchCV``):
+:mod:`setattn.molprop.estimator` says how.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,39 +32,21 @@ from setattn.files import atomic_open, write_json
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig
 from setattn.molprop.device import resolve_device
+from setattn.molprop.estimator import NOT_OPTIONS, EstimatorConventions, as_smiles
 from setattn.molprop.explain import DEFAULT_METHOD, explain_smiles
 from setattn.molprop.loop import quiet
-from setattn.molprop.model import MoleculeModel
 from setattn.molprop.predict import predict_interval, predict_smiles
 from setattn.molprop.run import run_training
 from setattn.molprop.run_files import LOCK_NAME, check_run_dir, mark_run_dir
-from setattn.molprop.settings import config_section, new_run, option_names, run_flags
+from setattn.molprop.settings import config_section, new_run, run_flags
 
 __all__ = ["DATA_FILE", "MoleculePredictor"]
 
 DATA_FILE = "data.csv"
 """The CSV that ``fit`` writes into the run directory (the run's ``--data``)."""
 
-_NOT_OPTIONS = ("data", "task", "descriptors")  # set by fit, or keywords of their own
-
-
-def _smiles_list(smiles: str | Sequence[str], name: str) -> list[str]:
-    """``smiles`` as a list of strings (one string: a list of one).
-
-    Raises:
-        TypeError: naming ``name`` and the first item that is not a string.
-    """
-    if isinstance(smiles, str):
-        return [smiles]
-    if not isinstance(smiles, Iterable):
-        raise TypeError(f"argument {name}: a SMILES string or a sequence of them, got "
-                        f"{type(smiles).__name__}")
-    items = list(smiles)
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise TypeError(f"argument {name}: item {i} is {type(item).__name__} {item!r}, "
-                            f"not a SMILES string")
-    return items
+_NOT_OPTIONS = NOT_OPTIONS  # set by fit, or keywords of their own
+_smiles_list = as_smiles  # SMILES, RDKit Mols, a pandas Series, a NumPy array
 
 
 def _targets(y: Any, rows: int, name: str) -> np.ndarray:
@@ -89,6 +73,11 @@ def _targets(y: Any, rows: int, name: str) -> np.ndarray:
     return arr
 
 
+def _as_names(names: str | Sequence[str] | None) -> list[str] | None:
+    """``target_columns`` as a list (one name given as a string: a list of one)."""
+    return [names] if isinstance(names, str) else None if names is None else list(names)
+
+
 def _cell(value: float) -> str:
     """A target as CSV text that reads back as the same float ("" for NaN)."""
     return "" if math.isnan(value) else repr(value)
@@ -105,8 +94,9 @@ def _write_data(path: Path, header: list[str], smiles: list[str], y: np.ndarray,
             writer.writerow(row + [parts[m]] if parts is not None else row)
 
 
-class MoleculePredictor:
-    """A molecule property predictor with the options of ``setattn train``.
+class MoleculePredictor(EstimatorConventions):
+    """A molecule property predictor with the options of ``setattn train``; a
+    scikit-learn regressor (``task="regression"``) or classifier.
 
     Args:
         task: "regression" or "classification" (0/1 labels, one binary task per column).
@@ -121,42 +111,51 @@ class MoleculePredictor:
             defaults as on the command line.
 
     Attributes:
-        models: the trained (or loaded) ensemble, in eval mode.
-        metrics: ``metrics.json`` of the run (None if there is none).
+        models_: the trained (or loaded) ensemble, in eval mode (also ``models``).
+        metrics_: ``metrics.json`` of the run, None if there is none (also ``metrics``).
+        meta_: the checkpoint's metadata (also ``meta``).
+        run_dir_: the run directory the models come from (also ``run_dir``).
         errors: (index, SMILES, reason) of each SMILES the last ``predict`` or
             ``predict_std`` could not parse or skipped (NaN rows).
         notes: (index, SMILES, note) of each SMILES predicted with a remark (a salt
             or mixture: its largest fragment was predicted; isotopes stripped; dummy
             atoms or elements the model has not seen: ``setattn.domains.atom_notes``).
-        run_dir: the run directory the models come from.
 
     Raises:
         TypeError: for a keyword that is not an option.
         ValueError: naming the option whose value is out of range (CUDA asked for where
-            there is none included).
+            there is none included); a ``SettingError``.
     """
 
     def __init__(self, task: str = "regression", *, descriptors: str = "rdkit",
                  output_dir: str | Path | None = None, verbose: bool = True,
                  **options: Any) -> None:
-        allowed = [n for n in option_names() if n not in _NOT_OPTIONS]
+        allowed = self.option_keywords()
         unknown = sorted(set(options) - set(allowed))
         if unknown:
             raise TypeError(f"MoleculePredictor: unknown option(s) {unknown}; options: "
                             f"{allowed} and descriptors, output_dir, verbose")
-        if isinstance(options.get("target_columns"), str):  # one name
-            options["target_columns"] = [options["target_columns"]]
-        self.options = {"task": task, "descriptors": descriptors, **options}
-        self.output_dir = None if output_dir is None else Path(output_dir)
-        self.verbose = verbose
-        self._run_config("data.csv", list(options.get("target_columns") or ["y"])).validate()
-        self.models: list[MoleculeModel] = []
-        self.meta: dict = {}
-        self.metrics: dict | None = None
-        self.errors: list[tuple[int, str, str]] = []
-        self.notes: list[tuple[int, str, str]] = []
-        self.run_dir: Path | None = None
+        # stored as given (scikit-learn's clone checks that); a path becomes a Path once
+        self.task, self.descriptors, self.verbose = task, descriptors, verbose
+        self.output_dir = output_dir if output_dir is None or isinstance(output_dir, Path) \
+            else Path(output_dir)
+        self._options = dict(options)
+        self._check_options(self.get_params())
         self._tmp: tempfile.TemporaryDirectory | None = None
+
+    def _check_options(self, params: dict[str, Any]) -> None:
+        """Raises ``SettingError`` naming the keyword whose value is refused."""
+        options = {k: v for k, v in params.items() if k not in ("output_dir", "verbose")}
+        names = _as_names(options.get("target_columns")) or ["y"]
+        new_run({**options, "data": DATA_FILE, "target_columns": names}).validate()
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """``task``, ``descriptors`` and the options given (``target_columns`` a list)."""
+        given = {k: v for k, v in self._options.items() if v is not None}
+        if "target_columns" in given:
+            given["target_columns"] = _as_names(given["target_columns"])
+        return {"task": self.task, "descriptors": self.descriptors, **given}
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
@@ -228,8 +227,8 @@ class MoleculePredictor:
         _write_data(out / DATA_FILE, header, smiles, targets, parts)
         run = self._run_config(str((out / DATA_FILE).resolve()), names, **override)
         metrics = run_training(run, out, log=print if self.verbose else quiet)
-        self.models, self.meta = load_run(out, resolve_device(run.train.device))
-        self.metrics, self.run_dir, self._tmp = metrics, out, tmp
+        self.models_, self.meta_ = load_run(out, resolve_device(run.train.device))
+        self.metrics_, self.run_dir_, self._tmp = metrics, out, tmp
         return self
 
     def _with_validation(self, smiles: list[str], targets: np.ndarray,
@@ -247,8 +246,12 @@ class MoleculePredictor:
         return smiles + val_smiles, np.concatenate([targets, val_targets]), parts
 
     def _check_fitted(self) -> None:
+        """Raises scikit-learn's ``NotFittedError`` (a ValueError) before fit or load."""
         if not self.models:
-            raise ValueError("MoleculePredictor: no model yet; call fit() or load() first")
+            from sklearn.exceptions import NotFittedError  # only here: see estimator.py
+
+            raise NotFittedError("MoleculePredictor: no model yet; call fit() or load() "
+                                 "first")
 
     def _predict(self, smiles: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         self._check_fitted()
@@ -259,11 +262,12 @@ class MoleculePredictor:
 
     def _note(self, smiles: list[str], messages: list[str]) -> None:
         """Keep a prediction's per-SMILES errors and notes in ``errors`` and ``notes``."""
-        self.errors = [(i, s, m.removeprefix("invalid SMILES: "))
+        self._errors = [(i, s, m.removeprefix("invalid SMILES: "))
+                        for i, (s, m) in enumerate(zip(smiles, messages))
+                        if m and not m.startswith("note: ")]
+        self._notes = [(i, s, m.removeprefix("note: "))
                        for i, (s, m) in enumerate(zip(smiles, messages))
-                       if m and not m.startswith("note: ")]
-        self.notes = [(i, s, m.removeprefix("note: "))
-                      for i, (s, m) in enumerate(zip(smiles, messages)) if m.startswith("note: ")]
+                       if m.startswith("note: ")]
 
     def predict(self, smiles: str | Sequence[str]) -> np.ndarray:
         """(M, T) float32 predictions: target units (regression) or probabilities; the
@@ -361,8 +365,8 @@ class MoleculePredictor:
                        for section, f in run_flags() if f.name not in _NOT_OPTIONS}
         predictor = cls(meta["task"], descriptors=descriptors, verbose=verbose,
                         **{**options, "device": device})
-        predictor.models, predictor.meta = models, meta
-        predictor.run_dir = path if path.is_dir() else None
+        predictor.models_, predictor.meta_ = models, meta
+        predictor.run_dir_ = path if path.is_dir() else None
         metrics = path / "metrics.json"
-        predictor.metrics = json.loads(metrics.read_text()) if metrics.is_file() else None
+        predictor.metrics_ = json.loads(metrics.read_text()) if metrics.is_file() else None
         return predictor

@@ -20,6 +20,7 @@ from setattn.molprop.limits import KERNEL_MAX_TRAIN, MAX_HEAVY_ATOMS, RUN_BOUNDS
 from setattn.molprop.model import MoleculeModelConfig
 from setattn.molprop.options import (
     Range,
+    SettingError,
     check_ranges,
     config_from_dict,
     flag_fields,
@@ -77,8 +78,7 @@ class TrainConfig:
         check_ranges(self)
         resolve_device(self.device)  # a clear error now if CUDA is asked for and absent
         if self.precision not in PRECISIONS:
-            raise ValueError(f"argument --precision: must be fp32 or bf16, got "
-                             f"{self.precision!r}")
+            raise SettingError("precision", f"must be fp32 or bf16, got {self.precision!r}")
 
 
 @dataclass
@@ -150,31 +150,31 @@ class RunConfig:
         """Raises ValueError naming a setting that is missing, out of range (a
         ``SettingError``, naming its keyword) or at odds with another."""
         if not self.data:
-            raise ValueError("argument --data is required (unless --resume)")
+            raise SettingError("data", "is required (unless a run is resumed)")
         if not self.target_columns:
-            raise ValueError("argument --target-columns is required (unless --resume): "
-                             "give at least one target column")
+            raise SettingError("target_columns", "is required (unless a run is resumed): "
+                               "give at least one target column", colon=True)
         twice = sorted({c for c in self.target_columns if self.target_columns.count(c) > 1})
         if twice:
-            raise ValueError(f"argument --target-columns: {twice} given more than once")
+            raise SettingError("target_columns", f"{twice} given more than once", colon=True)
         if self.smiles_column in self.target_columns:
-            raise ValueError(f"argument --target-columns: {self.smiles_column!r} is the SMILES "
-                             f"column")
+            raise SettingError("target_columns", f"{self.smiles_column!r} is the SMILES "
+                               f"column", colon=True)
         check_prediction_columns(self.smiles_column, self.target_columns)
         if self.task not in ("regression", "classification"):
-            raise ValueError(f"argument --task: must be regression or classification, "
-                             f"got {self.task!r}")
+            raise SettingError("task", f"must be regression or classification, got "
+                               f"{self.task!r}")
         if self.split not in splits.SPLITS:
-            raise ValueError(f"argument --split: must be one of {list(splits.SPLITS)}, "
-                             f"got {self.split!r}")
+            raise SettingError("split", f"must be one of {list(splits.SPLITS)}, got "
+                               f"{self.split!r}")
         splits.check_sizes(self.split_sizes)
         check_ranges(self)
         if self.kernel_ridge not in ("auto", "on", "off"):
-            raise ValueError(f"argument --kernel-ridge: must be auto, on or off, "
-                             f"got {self.kernel_ridge!r}")
+            raise SettingError("kernel_ridge", f"must be auto, on or off, got "
+                               f"{self.kernel_ridge!r}")
         if self.kernel_ridge == "on" and not self.model.descriptor_dim:
-            raise ValueError("argument --kernel-ridge: on needs descriptors (it regresses "
-                             "on them), not --descriptors none")
+            raise SettingError("kernel_ridge", "on needs descriptors (it regresses on them), "
+                               "not descriptors none", colon=True)
         check_encoding(self.encoding)
         self.train.validate()
         self.model.validate()

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
+from setattn.molprop.options import SettingError
+
 __all__ = ["DEVICE_HELP", "PRECISIONS", "autocast", "check_device", "model_device",
            "resolve_device", "to_device"]
 
@@ -35,9 +37,9 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def check_device(spec: str) -> None:
-    """Raises ValueError naming ``--device`` unless ``spec`` is auto, cpu, cuda or cuda:N."""
+    """Raises SettingError naming ``device`` unless ``spec`` is auto, cpu, cuda or cuda:N."""
     if not isinstance(spec, str) or not _DEVICE.fullmatch(spec):
-        raise ValueError(f"argument --device: must be auto, cpu, cuda or cuda:N, got {spec!r}")
+        raise SettingError("device", f"must be auto, cpu, cuda or cuda:N, got {spec!r}")
 
 
 def _no_cuda_reason() -> str:
@@ -54,19 +56,19 @@ def resolve_device(spec: str) -> torch.device:
             torchrun ``cuda:$LOCAL_RANK``, else ``cuda:0``) or "cuda:N".
 
     Raises:
-        ValueError: naming ``--device`` for another value, for CUDA asked for where
+        SettingError: naming ``device`` for another value, for CUDA asked for where
             there is none, or for a GPU index out of range.
     """
     check_device(spec)
     if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(f"argument --device: {spec} asked for, but {_no_cuda_reason()}; "
-                         f"use --device cpu (or auto)")
+        raise SettingError("device", f"{spec} asked for, but {_no_cuda_reason()}; use cpu "
+                           f"(or auto)", colon=True)
     index = int(spec.split(":")[1]) if ":" in spec else int(os.environ.get("LOCAL_RANK", 0))
     if index >= torch.cuda.device_count():
-        raise ValueError(f"argument --device: {spec}: there are only "
-                         f"{torch.cuda.device_count()} CUDA device(s)")
+        raise SettingError("device", f"{spec}: there are only "
+                           f"{torch.cuda.device_count()} CUDA device(s)", colon=True)
     return torch.device("cuda", index)
 
 

@@ -52,6 +52,7 @@ from setattn.molprop.batching import collate_molecules
 from setattn.molprop.featurize import featurize
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
+from setattn.molprop.options import SettingError
 
 __all__ = ["DEFAULT_METHOD", "EnsembleOutput", "MoleculeExplanation", "ModelOutput",
            "dummy_atom", "explain_molecule", "explain_smiles"]
@@ -216,7 +217,7 @@ def _attribute(models: list[MoleculeModel], mol: Chem.Mol, data: Data, method: s
         return readout_contributions(models[0], data, target)
     if method == "attention":
         return _attention(models, data, target)
-    raise ValueError(f"argument --method: unknown method {method!r}")
+    raise SettingError("method", f"unknown method {method!r}", colon=True)
 
 
 def explain_molecule(model: MoleculeModel | Sequence[MoleculeModel], smiles: str,
@@ -264,9 +265,9 @@ def explain_molecule(model: MoleculeModel | Sequence[MoleculeModel], smiles: str
 def explain_smiles(model: MoleculeModel | Sequence[MoleculeModel], smiles: str,
                    method: str = DEFAULT_METHOD, target: int = 0,
                    max_heavy_atoms: int = MAX_HEAVY_ATOMS) -> MoleculeExplanation:
-    """``explain_molecule`` for the command line: a SMILES that does not parse is a
-    ``ValueError`` naming ``--smiles``."""
+    """``explain_molecule`` for the command line and ``MoleculePredictor.explain``: a SMILES
+    that does not parse is a ``SettingError`` naming ``smiles`` (``--smiles`` there)."""
     try:
         return explain_molecule(model, smiles, method, target, max_heavy_atoms)
     except InvalidSmilesError as err:
-        raise ValueError(f"argument --smiles: {err}") from None
+        raise SettingError("smiles", str(err), colon=True) from None

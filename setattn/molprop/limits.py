@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from setattn.molprop.options import SettingError
+
 __all__ = ["FEATURIZE_SECONDS", "MAX_HEAVY_ATOMS", "MODEL_BOUNDS", "RUN_BOUNDS",
            "TYPICAL_ATOMS", "MemoryEstimate", "available_memory", "check_memory",
            "parameter_count", "training_memory"]
@@ -197,7 +199,7 @@ def kernel_size(choice: str, m: int, usable: bool, available: int | None = None
     if obstacle is None:
         return m, None
     if choice == "on":
-        raise ValueError(f"argument --kernel-ridge: on, but {obstacle}; use auto or off")
+        raise SettingError("kernel_ridge", f"on, but {obstacle}; use auto or off", colon=True)
     return 0, f"note: no kernel ridge (--kernel-ridge auto): {obstacle}"
 
 

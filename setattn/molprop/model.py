@@ -36,7 +36,14 @@ from torch_geometric.utils import scatter
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.limits import MODEL_BOUNDS
-from setattn.molprop.options import Range, bounded, check_ranges, config_from_dict, option
+from setattn.molprop.options import (
+    Range,
+    SettingError,
+    bounded,
+    check_ranges,
+    config_from_dict,
+    option,
+)
 from setattn.nn import DistanceBiasedBlock, GATConv, GATv2Conv, GlobalAttentionPool, hop_buckets
 from setattn.topology import complete, ptr_from_batch
 
@@ -111,19 +118,21 @@ class MoleculeModelConfig:
         with another."""
         check_ranges(self)
         if self.task not in ("regression", "classification"):
-            raise ValueError(f"task must be 'regression' or 'classification', got {self.task!r}")
+            raise SettingError("task", f"must be regression or classification, got "
+                               f"{self.task!r}")
         if self.conv not in ("gat", "gatv2"):
-            raise ValueError(f"argument --conv: must be 'gat' or 'gatv2', got {self.conv!r}")
+            raise SettingError("conv", f"must be 'gat' or 'gatv2', got {self.conv!r}")
         if self.norm not in ("none", "layer"):
-            raise ValueError(f"norm must be 'none' or 'layer', got {self.norm!r}")
+            raise SettingError("norm", f"must be 'none' or 'layer', got {self.norm!r}")
         if self.hidden % self.heads:
-            raise ValueError(f"argument --hidden: {self.hidden} is not divisible by --heads "
-                             f"{self.heads}")
+            raise SettingError("hidden", f"{self.hidden} is not divisible by heads "
+                               f"{self.heads}", colon=True)
         if not 0 <= self.global_layers <= self.layers:
-            raise ValueError(f"argument --global-layers: must be between 0 and --layers "
-                             f"{self.layers}, got {self.global_layers}")
+            raise SettingError("global_layers", f"must be between 0 and layers "
+                               f"{self.layers}, got {self.global_layers}")
         if self.kernel_size and not self.descriptor_dim:
-            raise ValueError("the kernel ridge needs descriptors")
+            raise SettingError("kernel_size", "needs descriptors (the kernel ridge regresses "
+                               "on them)")
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:

@@ -51,15 +51,20 @@ class Range:
 
 
 class SettingError(ValueError):
-    """A setting outside its ``Range``; the message names the keyword.
+    """A setting's value refused: out of its ``Range``, not one of its choices, or at odds
+    with another setting. The message names the keyword (``epochs must be >= 1, got 0``);
+    the command line names the flag instead (``argument --epochs: must be >= 1, got 0``),
+    a settings file the key.
 
     Attributes:
         name: the setting (the field's name, ``batch_size``).
         reason: what is wrong with its value, ``must be >= 1, got 0``.
     """
 
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__(f"{name} {reason}")
+    def __init__(self, name: str, reason: str, *, colon: bool = False) -> None:
+        """``colon``: the reason is a clause of its own (``device: cuda asked for, but
+        ...``) rather than the rest of a sentence about ``name``."""
+        super().__init__(f"{name}{':' if colon else ''} {reason}")
         self.name, self.reason = name, reason
 
 

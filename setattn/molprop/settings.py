@@ -17,7 +17,7 @@ from typing import Any
 from setattn.domains.descriptors import descriptor_count
 from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.model import MoleculeModelConfig
-from setattn.molprop.options import flag_fields
+from setattn.molprop.options import SettingError, flag_fields
 
 __all__ = ["DEFAULT_DESCRIPTORS", "DESCRIPTORS", "config_section", "new_run", "option_names",
            "run_flags"]
@@ -52,11 +52,11 @@ def descriptor_dim(descriptors: str | None) -> int:
     """F_desc of a descriptor set (None: ``DEFAULT_DESCRIPTORS``).
 
     Raises:
-        ValueError: naming ``--descriptors`` for an unknown set.
+        SettingError: naming ``descriptors`` for an unknown set.
     """
     descriptors = DEFAULT_DESCRIPTORS if descriptors is None else descriptors
     if descriptors not in DESCRIPTORS:
-        raise ValueError(f"argument --descriptors: must be rdkit or none, got {descriptors!r}")
+        raise SettingError("descriptors", f"must be rdkit or none, got {descriptors!r}")
     return descriptor_count() if descriptors == "rdkit" else 0
 
 

@@ -26,6 +26,8 @@ import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
+from setattn.molprop.options import SettingError
+
 __all__ = ["PARTS", "SPLITS", "check_sizes", "column", "kfold", "murcko_scaffold", "num_folds",
            "random", "scaffold"]
 
@@ -52,14 +54,12 @@ def check_sizes(sizes: Sequence[float]) -> tuple[float, float, float]:
             fractions summing to 1.
     """
     if len(sizes) != 3:
-        raise ValueError(
-            f"argument --split-sizes: expected 3 fractions (train val test), got {len(sizes)}"
-        )
+        raise SettingError("split_sizes", f"expected 3 fractions (train val test), got "
+                           f"{len(sizes)}", colon=True)
     train, val, test = (float(s) for s in sizes)
     if min(train, val, test) <= 0 or not math.isclose(train + val + test, 1.0, abs_tol=1e-6):
-        raise ValueError(
-            f"argument --split-sizes: fractions must be positive and sum to 1, got {list(sizes)}"
-        )
+        raise SettingError("split_sizes", f"must be positive fractions summing to 1, got "
+                           f"{list(sizes)}")
     return train, val, test
 
 
@@ -170,7 +170,7 @@ def kfold(n: int, sizes: Sequence[float], seed: int, fold: int = 0) -> Split:
     """
     k = num_folds(sizes)
     if not 0 <= fold < k:
-        raise ValueError(f"argument --fold: must be in 0..{k - 1} for {k} folds, got {fold}")
+        raise SettingError("fold", f"must be in 0..{k - 1} for {k} folds, got {fold}")
     train_frac, val_frac, _ = check_sizes(sizes)
     order = np.random.default_rng(seed).permutation(n)
     folds = np.array_split(order, k)

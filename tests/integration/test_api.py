@@ -138,7 +138,7 @@ def test_an_api_run_works_with_the_command_line(freesolv, tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(ValueError, match="a_file is a file, not a directory"):
         model.save(tmp_path / "a_file")
-    with pytest.raises(TypeError, match="argument smiles: a SMILES string or a sequence"):
+    with pytest.raises(TypeError, match="argument smiles: a SMILES string, an RDKit Mol or a"):
         model.predict(None)
 
 
@@ -172,14 +172,26 @@ def test_validation_set_and_multitask_classification(tmp_path):
     (lambda: MoleculePredictor(epoch=3), TypeError, "unknown option(s) ['epoch']"),
     (lambda: MoleculePredictor(data="x.csv"), TypeError, "unknown option(s) ['data']"),
     (lambda: MoleculePredictor(epochs=0), ValueError, "epochs must be >= 1, got 0"),
-    (lambda: MoleculePredictor("ranking"), ValueError, "argument --task"),
-    (lambda: MoleculePredictor(descriptors="morgan"), ValueError, "argument --descriptors"),
-    (lambda: MoleculePredictor(device="gpu"), ValueError, "argument --device"),
+    (lambda: MoleculePredictor("ranking"), ValueError,
+     "task must be regression or classification, got 'ranking'"),
+    (lambda: MoleculePredictor(descriptors="morgan"), ValueError,
+     "descriptors must be rdkit or none, got 'morgan'"),
+    (lambda: MoleculePredictor(device="gpu"), ValueError,
+     "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    (lambda: MoleculePredictor(hidden=30, heads=4), ValueError,
+     "hidden: 30 is not divisible by heads 4"),
+    (lambda: MoleculePredictor(split="halves"), ValueError, "split must be one of"),
+    (lambda: MoleculePredictor(kernel_ridge="on", descriptors="none"), ValueError,
+     "kernel_ridge: on needs descriptors"),
+    (lambda: MoleculePredictor(split_sizes=[0.5, 0.5]), ValueError,
+     "split_sizes: expected 3 fractions"),
+    (lambda: MoleculePredictor(conv="gcn"), ValueError, "conv must be 'gat' or 'gatv2'"),
 ])
 def test_bad_options_are_named(make, error, needle):
+    """The library names the keyword, never a command-line flag."""
     with pytest.raises(error) as info:
         make()
-    assert needle in str(info.value)
+    assert needle in str(info.value) and "--" not in str(info.value)
 
 
 @pytest.mark.parametrize("smiles, y, val, error, needle", [
@@ -251,7 +263,7 @@ def test_a_failed_fit_keeps_the_last_run(freesolv, tmp_path):
     before = model.predict(smiles[:5])
     with pytest.raises(ValueError, match="no valid molecule to train on"):
         model.fit(["xyz", "C1CC"], [1.0, 2.0])
-    with pytest.raises(ValueError, match="argument --target-columns: 'smiles' is the SMILES"):
+    with pytest.raises(ValueError, match="^target_columns: 'smiles' is the SMILES"):
         MoleculePredictor(target_columns=["smiles"], output_dir=tmp_path / "dup").fit(
             ["CCO"], [1.0])
     assert not (tmp_path / "dup").exists()

@@ -158,7 +158,7 @@ def test_classification_labels_must_be_binary(tmp_path, capsys):
 @pytest.mark.parametrize("flags, needle", [
     (["--epochs", "0"], "--epochs"),
     (["--split-sizes", "0.5", "0.5", "0.5"], "--split-sizes"),
-    (["--hidden", "7"], "argument --hidden: 7 is not divisible by --heads"),
+    (["--hidden", "7"], "argument --hidden: 7 is not divisible by heads"),
     (["--ensemble-size", "0"], "--ensemble-size"),
 ])
 def test_bad_arguments_are_named(tmp_path, capsys, flags, needle):

@@ -66,7 +66,7 @@ def test_auto_skips_the_kernel_ridge_where_it_cannot_fit_and_on_refuses(monkeypa
     assert size == 0 and note == ("note: no kernel ridge (--kernel-ridge auto): its fit on "
                                   "20,000 training molecules needs about 22.4 GB of memory "
                                   "but 8.0 GB is available")
-    with pytest.raises(ValueError, match=r"--kernel-ridge: on, but its fit on 20,000 "
+    with pytest.raises(ValueError, match=r"^kernel_ridge: on, but its fit on 20,000 "
                                          r"training molecules needs about 22\.4 GB"):
         limits.kernel_size("on", 20000, True, available=8 * 10**9)
     size, note = limits.kernel_size("auto", 20001, True, available=10**12)

@@ -25,8 +25,8 @@ def test_config_round_trip_and_old_configs_default_to_off():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"layers": 2, "global_layers": 3}, "argument --global-layers: must be between 0 and"),
-    ({"global_layers": -1}, "argument --global-layers"),
+    ({"layers": 2, "global_layers": 3}, "^global_layers must be between 0 and layers 2"),
+    ({"global_layers": -1}, "^global_layers must be"),
     ({"max_hops": 0}, "max_hops must be >= 1, got 0"),
     ({"max_hops": 5000}, r"max_hops must be <= 1,024 \(the largest setattn accepts\), got 5000"),
 ])

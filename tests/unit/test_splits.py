@@ -76,12 +76,12 @@ def test_kfold_test_parts_partition_the_data():
 
 @pytest.mark.parametrize("sizes", [(0.8, 0.2), (0.9, 0.2, 0.1), (1.0, 0.0, 0.0), (0.9, -0.1, 0.2)])
 def test_bad_sizes_name_the_argument(sizes):
-    with pytest.raises(ValueError, match="--split-sizes"):
+    with pytest.raises(ValueError, match="^split_sizes"):
         splits.random(10, sizes, 0)
 
 
 def test_fold_out_of_range_names_the_argument():
-    with pytest.raises(ValueError, match="--fold"):
+    with pytest.raises(ValueError, match="^fold must be in"):
         splits.kfold(20, SIZES, 0, fold=10)
 
 
