@@ -2,7 +2,8 @@
 molecule RDKit cannot featurise in time does not hold up a command: a checkpoint with
 one flipped byte in its tensor data is refused by predict, explain, resume and
 ``MoleculePredictor.load``; ``--resume`` after ``config.json`` was edited names the
-field; a 5,000-atom chain is stopped at its deadline and by SIGTERM."""
+field; a 5,000-atom chain is stopped at its deadline and by SIGTERM or Ctrl-C; isotopes,
+dummy atoms and unusual elements are predicted with a note."""
 
 from __future__ import annotations
 
@@ -159,7 +160,10 @@ def _children(pid: int) -> list[str]:
             for c in (t / "children").read_text().split()]
 
 
-def test_sigterm_stops_predict_on_a_5000_atom_chain(tmp_path, capsys):
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 128 + signal.SIGTERM),
+                                                (signal.SIGINT, 130)])
+def test_sigterm_and_ctrl_c_stop_predict_on_a_5000_atom_chain(tmp_path, capsys, signum,
+                                                              status):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     out = tmp_path / "run"
     assert train_tiny(data, out, capsys)[0] == 0  # with RDKit descriptors
@@ -178,13 +182,13 @@ def test_sigterm_stops_predict_on_a_5000_atom_chain(tmp_path, capsys):
     assert kids, "the chain was never featurised in a worker process"
     time.sleep(1)
     sent = time.perf_counter()
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     try:
         process.communicate(timeout=15)
     finally:
         process.kill()
     assert time.perf_counter() - sent < 5
-    assert process.returncode == 128 + signal.SIGTERM
+    assert process.returncode == status
     assert sha256(chain) == before and not (tmp_path / "p.csv").exists()
     time.sleep(0.5)  # the featurisation process ended with the command (or is a zombie)
     assert all(not Path(f"/proc/{k}").exists()
