@@ -232,3 +232,34 @@ def test_validation_stays_where_data_enter():
         complete([0, 3, 2])
     with pytest.raises(ValueError, match="outside"):
         pooling(torch.tensor([0, 4]), 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_forward_and_backward_never_synchronise():
+    """On a GPU, with ``torch.cuda.set_sync_debug_mode("error")``: every layer's forward
+    and backward pass over data (and topologies) prepared before it."""
+    cuda = torch.device("cuda")
+    x = torch.randn(N, D, device=cuda, requires_grad=True)
+    ei = torch.randint(0, N, (2, 40), device=cuda)
+    ptr = torch.tensor(PTR, device=cuda)
+    index = torch.tensor([0, 0, 0, 2, 2, 2, 2, 3, 3, 3, 3, 3], device=cuda)
+    top = precompute(complete(PTR), cuda)
+    calls = [
+        (GATConv(D, 4, heads=H, add_self_loops=False), lambda m: m(x, ei)),
+        (GATv2Conv(D, 4, heads=H, add_self_loops=False), lambda m: m(x, ei)),
+        (GlobalAttentionPool(D, heads=H), lambda m: m(x, index, dim_size=G)),
+        (PMA(D, heads=H, num_seeds=2), lambda m: m(x, ptr=ptr, max_num_elements=5)),
+        (SAB(D, heads=H), lambda m: m(x, ptr=ptr, max_num_elements=5)),
+        (ISAB(D, heads=H), lambda m: m(x, ptr=ptr, max_num_elements=5)),
+        (TransformerBlock(D, H), lambda m: m(x, top)),
+        (MultiHeadAttention(D, H), lambda m: m(x, top)),
+    ]
+    for module, call in calls:
+        module = module.to(cuda)
+        call(module)  # lazy state (first-call sizes) outside the checked pass
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            call(module).sum().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
