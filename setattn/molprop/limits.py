@@ -214,15 +214,16 @@ def check_memory(estimate: MemoryEstimate, batch_size: int, ensemble_size: int,
             nothing is refused).
 
     Raises:
-        ValueError: naming the flags, with the estimate and what is available.
+        SettingError: naming ``batch_size`` (and the other settings the estimate
+            follows), with the estimate and what is available.
     """
     available = available_memory() if available is None else available
     if available is None or estimate.total <= available:
         return
-    raise ValueError(
-        f"arguments --hidden/--heads/--layers/--batch-size/--ensemble-size: this run needs "
+    raise SettingError("batch_size", (
+        f"with hidden, heads, layers and ensemble_size as set, this run needs "
         f"about {_gb(estimate.total)} of memory ({estimate.parameters:,} parameters: "
         f"{_gb(estimate.training)} to train one model, {_gb(estimate.kept_models)} for "
         f"the {ensemble_size} kept; {_gb(estimate.activations)} of activations for a "
         f"batch of {batch_size}) but {_gb(available)} is available; make the model, the "
-        f"batch or the ensemble smaller")
+        f"batch or the ensemble smaller"), colon=True)

@@ -50,6 +50,7 @@ from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
+from setattn.molprop.options import SettingError
 from setattn.molprop.reports import ensemble_scores
 from setattn.molprop.run_files import RunLock, check_not_destination
 from setattn.viz import plot_training_curve
@@ -212,8 +213,8 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
             raise ValueError(f"{source}: column {run.split_column!r} names no {name} row "
                              f"among the {len(data)} valid molecules")
         if run.split != "column":
-            raise ValueError(f"argument --split-sizes: the {name} part of {len(data)} "
-                             f"molecules is empty; use more data or other fractions")
+            raise SettingError("split_sizes", f"the {name} part of {len(data)} molecules "
+                               f"is empty; use more data or other fractions", colon=True)
     if torch.isnan(stacked_targets(parts[1])).all():
         raise ValueError(f"{source}: the validation part has no labels at all")
     return _Parts(data, list(molecules.failures), *parts, list(molecules.notes),

@@ -273,3 +273,13 @@ def test_a_failed_fit_keeps_the_last_run(freesolv, tmp_path):
 
 def test_one_target_name_may_be_a_string():
     assert MoleculePredictor(target_columns="expt").options["target_columns"] == ["expt"]
+
+
+def test_a_split_too_small_names_the_keyword():
+    """A check made during fit names the keyword too (``--split-sizes`` on the command
+    line)."""
+    model = MoleculePredictor(verbose=False, **OPTIONS)
+    with pytest.raises(ValueError, match=r"^split_sizes: the \w+ part of 3 molecules is "
+                                         r"empty") as info:
+        model.fit(["CCO", "CCC", "CCN"], [1.0, 2.0, 3.0])
+    assert "--" not in str(info.value)
