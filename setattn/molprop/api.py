@@ -355,7 +355,7 @@ class MoleculePredictor(EstimatorConventions):
             FileNotFoundError, CheckpointError: naming what is missing or not ours.
         """
         path = Path(directory)
-        models, meta = load_run(path, resolve_device(device))
+        models, meta = load_run(path, resolve_device(device), name="directory")
         options: dict[str, Any] = {"target_columns": meta["target_columns"]}
         descriptors = "rdkit" if models[0].config.descriptor_dim else "none"
         if path.is_dir():

@@ -224,10 +224,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"
     return build_model(ckpt, path, device), dict(ckpt["meta"])
 
 
-def load_run(path: str | Path, device: str | torch.device = "cpu"
-             ) -> tuple[list[MoleculeModel], dict]:
+def load_run(path: str | Path, device: str | torch.device = "cpu", *,
+             name: str = "--model") -> tuple[list[MoleculeModel], dict]:
     """The ensemble of a run directory (or one ``best.pt`` file) for prediction, on
-    ``device``.
+    ``device``; ``name`` is the argument ``path`` came as, for messages (the flag
+    ``--model``, or ``MoleculePredictor.load``'s ``directory``).
 
     Returns:
         (models, meta): the K models in eval mode and the first one's metadata, with
@@ -245,7 +246,7 @@ def load_run(path: str | Path, device: str | torch.device = "cpu"
     config_path = path / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(
-            f"argument --model: {path} is not a setattn run directory (no config.json)"
+            f"argument {name}: {path} is not a setattn run directory (no config.json)"
         )
     run = RunConfig.read(config_path)
     loaded = [load_model(path / f"model_{k}" / "best.pt", device)

@@ -283,3 +283,10 @@ def test_a_split_too_small_names_the_keyword():
                                          r"empty") as info:
         model.fit(["CCO", "CCC", "CCN"], [1.0, 2.0, 3.0])
     assert "--" not in str(info.value)
+
+
+def test_load_names_its_keyword(tmp_path):
+    with pytest.raises(FileNotFoundError, match="^argument directory: .* is not a setattn "
+                                                "run directory") as info:
+        MoleculePredictor.load(tmp_path)
+    assert "--" not in str(info.value)
