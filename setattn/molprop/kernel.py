@@ -286,14 +286,20 @@ class KernelRidge(nn.Module):
         return torch.cat(out) if out else torch.zeros(0, device=self.mean.device)  # (G,)
 
     def forward(self, descriptors: Tensor) -> Tensor:
-        """Args:
+        """The kernel is computed in float64: in float32 the distances' cancellation
+        (``|a|^2 + |b|^2 - 2 a.b``) and the matrix products' blocking, which depends on how
+        many molecules come together, made a molecule's prediction depend on its batch
+        (by about 1e-4 of the target's spread).
+
+        Args:
             descriptors: (G, F) raw descriptors.
 
         Returns:
-            (G, T) predictions.
+            (G, T) predictions, in the dtype of ``descriptors``.
         """
-        z = self._standardise(descriptors)  # (G, F)
+        z = self._standardise(descriptors).double()  # (G, F)
         f = self.centres.shape[1]
-        d = _distances(z, self.centres, int(self.norm))  # (G, M)
-        kernel = torch.exp(-self.gamma / f * d)  # (G, M)
-        return kernel @ self.alpha + self.offset  # (G, T)
+        d = _distances(z, self.centres.double(), int(self.norm))  # (G, M)
+        kernel = torch.exp(-float(self.gamma) / f * d)  # (G, M)
+        out = kernel @ self.alpha.double() + self.offset.double()  # (G, T)
+        return out.to(descriptors.dtype)

@@ -94,6 +94,19 @@ def test_fit_and_forward_match_a_numpy_reference_at_the_chosen_settings():
         np.testing.assert_allclose(got[:, t].numpy(), ref, rtol=1e-4, atol=1e-4)
 
 
+def test_a_prediction_does_not_depend_on_the_molecules_beside_it():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 200, generator=g) * 3 + 50  # (M, F): offsets, as RDKit's descriptors
+    y = (x[:, :5].sum(1, keepdim=True) / 10).sin()  # (M, 1)
+    krr = KernelRidge(len(x), x.shape[1], 1)
+    krr.fit(x, y)
+    query = x[:50] + torch.randn(50, 200, generator=g)  # (50, F)
+    alone = torch.cat([krr(query[i:i + 1]) for i in range(len(query))])  # (50, 1)
+    assert alone.dtype == torch.float32
+    # float32 kernels differed by up to 6e-5 here, with the batch's size
+    torch.testing.assert_close(alone, krr(query), rtol=0, atol=1e-7)
+
+
 def test_the_choice_has_the_least_leave_one_out_error_of_the_grid():
     x, y = _problem(t=1)
     krr = KernelRidge(len(x), x.shape[1], 1)
