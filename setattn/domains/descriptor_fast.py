@@ -22,7 +22,7 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import rdMolDescriptors
 
-__all__ = ["atom_terms", "bertz_ct", "estate_indices", "morgan_densities",
+__all__ = ["atom_terms", "bertz_ct", "chi0_chi1", "estate_indices", "morgan_densities",
            "peoe_vsa"]
 
 _PERIOD_ENDS = (2, 10, 18, 36, 54, 86)  # last atomic number of periods 1..6
@@ -36,23 +36,39 @@ def _principal_quantum_number(atomic_number: int) -> int:
     return next((n for n, last in enumerate(_PERIOD_ENDS, 1) if atomic_number <= last), 7)
 
 
-def atom_terms(mol: Chem.Mol) -> tuple[np.ndarray, int, int]:
+def atom_terms(mol: Chem.Mol) -> tuple[np.ndarray, int, int, list[int]]:
     """One pass over the atoms: the EState intrinsic states (N,) float64, the valence
     electron count and the radical electron count (RDKit's ``NumValenceElectrons`` and
-    ``NumRadicalElectrons``)."""
+    ``NumRadicalElectrons``), and the N atom degrees."""
     table = Chem.GetPeriodicTable()
     intrinsic = np.zeros(mol.GetNumAtoms(), dtype=np.float64)  # (N,)
     valence = radicals = 0
-    for i, atom in enumerate(mol.GetAtoms()):
+    degrees = []
+    for i in range(mol.GetNumAtoms()):  # by index: RDKit's GetAtoms() iterates in Python
+        atom = mol.GetAtomWithIdx(i)
         z, hs = atom.GetAtomicNum(), atom.GetTotalNumHs()
         outer = table.GetNOuterElecs(z)
         valence += outer - atom.GetFormalCharge() + hs
         radicals += atom.GetNumRadicalElectrons()
         degree = atom.GetDegree()
+        degrees.append(degree)
         if degree > 0:
             n = _principal_quantum_number(z)
             intrinsic[i] = (4. / (n * n) * (outer - hs) + 1) / degree
-    return intrinsic, valence, radicals
+    return intrinsic, valence, radicals, degrees
+
+
+def chi0_chi1(mol: Chem.Mol, degrees: list[int]) -> tuple[float, float]:
+    """RDKit's ``Chi0`` and ``Chi1`` from the atom degrees: sums, in atom and bond order,
+    of 1 / sqrt(degree) and 1 / sqrt(product of the bond's two degrees), zeros left out
+    (Python's ``sum`` over the numpy terms, as RDKit adds them)."""
+    atoms = np.array([d for d in degrees if d != 0], float)
+    bonds = []
+    for k in range(mol.GetNumBonds()):
+        bond = mol.GetBondWithIdx(k)
+        bonds.append(degrees[bond.GetBeginAtomIdx()] * degrees[bond.GetEndAtomIdx()])
+    pairs = np.array([c for c in bonds if c != 0], float)
+    return sum(np.sqrt(1. / atoms)), sum(np.sqrt(1. / pairs))
 
 
 def estate_indices(mol: Chem.Mol, intrinsic: np.ndarray) -> np.ndarray:
@@ -100,7 +116,8 @@ def _neighbours(mol: Chem.Mol) -> tuple[dict, list[list[int]]]:
     as RDKit's ``GraphDescriptors._CreateBondDictEtc``."""
     orders: dict[tuple[int, int], float] = {}
     neighbours: list[list[int]] = [[] for _ in range(mol.GetNumAtoms())]
-    for bond in mol.GetBonds():
+    for k in range(mol.GetNumBonds()):
+        bond = mol.GetBondWithIdx(k)
         a, b = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
         a, b = min(a, b), max(a, b)
         orders[(a, b)] = 1.5 if bond.GetIsAromatic() else bond.GetBondTypeAsDouble()
@@ -144,8 +161,8 @@ def bertz_ct(mol: Chem.Mol) -> float:
     classes = _symmetry_classes(mol)
     types: dict[int, int] = {}
     connections: dict[tuple, float] = {}
-    for i, atom in enumerate(mol.GetAtoms()):
-        z = atom.GetAtomicNum()
+    for i in range(n):
+        z = mol.GetAtomWithIdx(i).GetAtomicNum()
         types[z] = types.get(z, 0) + 1
         ci, atoms = classes[i], neighbours[i]
         bond = [orders[(i, j) if i < j else (j, i)] for j in atoms]
@@ -171,6 +188,7 @@ def peoe_vsa(mol: Chem.Mol) -> np.ndarray:
     Descriptors._ChargeDescriptors(mol)  # Gasteiger charges on the atoms, once per molecule
     areas = rdMolDescriptors._CalcLabuteASAContribs(mol, True)[0]
     out = np.zeros(len(_CHARGE_BINS) + 1, dtype=np.float64)
-    for atom, area in zip(mol.GetAtoms(), areas):
-        out[bisect.bisect_right(_CHARGE_BINS, atom.GetDoubleProp("_GasteigerCharge"))] += area
+    for i, area in enumerate(areas):
+        charge = mol.GetAtomWithIdx(i).GetDoubleProp("_GasteigerCharge")
+        out[bisect.bisect_right(_CHARGE_BINS, charge)] += area
     return out

@@ -20,6 +20,7 @@ from torch import Tensor
 from setattn.domains.descriptor_fast import (
     atom_terms,
     bertz_ct,
+    chi0_chi1,
     estate_indices,
     morgan_densities,
     peoe_vsa,
@@ -88,7 +89,8 @@ def _fast_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     Sets ``mol._eStateIndices``, where RDKit's EState_VSA and VSA_EState functions read
     the indices instead of computing them again.
     """
-    intrinsic, valence, radicals = atom_terms(mol)
+    intrinsic, valence, radicals, degrees = atom_terms(mol)
+    chi0, chi1 = chi0_chi1(mol, degrees)
     estate = estate_indices(mol, intrinsic)  # (N,)
     mol._eStateIndices = estate  # RDKit's own cache of EStateIndices
     magnitudes = np.abs(estate)  # (N,)
@@ -97,7 +99,7 @@ def _fast_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
         "MaxAbsEStateIndex": lambda m: magnitudes.max(), "MaxEStateIndex": lambda m: estate.max(),
         "MinAbsEStateIndex": lambda m: magnitudes.min(), "MinEStateIndex": lambda m: estate.min(),
         "NumValenceElectrons": lambda m: valence, "NumRadicalElectrons": lambda m: radicals,
-        "BertzCT": bertz_ct,
+        "BertzCT": bertz_ct, "Chi0": lambda m: chi0, "Chi1": lambda m: chi1,
     }
     fast.update({f"FpDensityMorgan{r}": (lambda m, r=r: morgan(m)[r - 1]) for r in (1, 2, 3)})
     fast.update({f"PEOE_VSA{b + 1}": (lambda m, b=b: peoe(m)[b]) for b in range(14)})

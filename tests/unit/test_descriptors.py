@@ -84,14 +84,14 @@ def test_equal_to_rdkit_on_bundled_molecules():
 @pytest.mark.parametrize("smiles", ["CCO", "c1ccccc1O", "CC(=O)[O-].[NH4+]", "[Na+]"])
 def test_estate_indices_equal_rdkit_bit_for_bit(smiles):
     mol = Chem.MolFromSmiles(smiles)  # several fragments too: pairs across them count 0
-    intrinsic, _, _ = atom_terms(mol)
+    intrinsic, _, _, _ = atom_terms(mol)
     np.testing.assert_array_equal(estate_indices(mol, intrinsic),
                                   EState.EStateIndices(Chem.Mol(mol)))
 
 
 def test_atom_terms_count_valence_and_radical_electrons():
     mol = Chem.MolFromSmiles("C[CH2].[NH4+]")
-    _, valence, radicals = atom_terms(mol)
+    _, valence, radicals, _ = atom_terms(mol)
     assert valence == Descriptors.NumValenceElectrons(mol) == 7 + 6 + 8  # CH3, CH2 and NH4+
     assert radicals == Descriptors.NumRadicalElectrons(mol) == 1
 
