@@ -22,15 +22,31 @@ from setattn.domains.molecules import ELEMENTS, fragment_note
 
 __all__ = ["atom_note", "molecule_note"]
 
-_ISOTOPE = re.compile(r"\[\d")  # an isotope in SMILES is a bracket atom with a mass
 _KNOWN = frozenset(ELEMENTS)
+# a bracket atom's mass and element symbol ("[13CH3]", "[nH]", "[se]", "[Na+]")
+_BRACKET = re.compile(r"\[(\d*)([A-Z][a-z]?|[a-z]{1,2})")
+
+
+def _maybe_unusual(smiles: str) -> bool:
+    """Whether ``smiles`` may hold an isotope, a dummy atom or an element outside
+    ``ELEMENTS``, read from its text alone (cheap): every such atom is written in
+    brackets, or as ``*``. Atoms outside brackets are of SMILES's organic subset, all in
+    ``ELEMENTS``."""
+    if "*" in smiles:
+        return True
+    if "[" not in smiles:
+        return False
+    for mass, symbol in _BRACKET.findall(smiles):
+        if mass or symbol.capitalize() not in _KNOWN:
+            return True
+    return False
 
 
 def atom_note(smiles: str) -> str:
     """What the model makes of unusual atoms of ``smiles``, in words ("" for none, or a
     SMILES RDKit cannot read): isotopes stripped, dummy atoms and elements outside the
     vocabulary featurised as "element=other"."""
-    if "[" not in smiles and "*" not in smiles:  # every unusual atom is one of these
+    if not _maybe_unusual(smiles):
         return ""
     with rdBase.BlockLogs():
         mol = Chem.MolFromSmiles(smiles.strip(), sanitize=False)

@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Literal
 
@@ -376,6 +377,9 @@ def _distance_flat(mol: Chem.Mol) -> torch.Tensor:
     return torch.from_numpy(dist.reshape(-1))
 
 
+_MASS = re.compile(r"\[\d")
+
+
 def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | None
                 ) -> tuple[Chem.Mol, str, bool, bool, bool]:
     """(mol, smiles, has_dot, has_chirality, has_stereo) of ``mol_to_data``'s input.
@@ -387,7 +391,7 @@ def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | No
     if isinstance(smiles_or_mol, str):
         smiles = smiles_or_mol
         mol = parse_smiles(smiles, row=row, source=source)
-        if "[" in smiles:  # isotopes only come in brackets
+        if _MASS.search(smiles):  # an isotope: a bracket atom with a mass, "[2H]"
             mol = strip_isotopes(mol)
         return mol, smiles, "." in smiles, "@" in smiles, "/" in smiles or "\\" in smiles
     if isinstance(smiles_or_mol, Chem.Mol):
