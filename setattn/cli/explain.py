@@ -124,7 +124,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for name in TABLE_FILES:  # none may replace an input (the CSV explained, a record)
             check_output_file(Path(args.output) / name, inputs)
     else:
-        check_output_file(Path(args.output), inputs)
+        check_output_file(args.output, inputs)  # a trailing "/" is seen
     models, meta = load_run(args.model)
     args.max_heavy_atoms = meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
     targets = list(meta["target_columns"])

@@ -153,6 +153,9 @@ def test_predict_output_with_a_trailing_slash_names_a_folder(tmp_path, capsys):
     status, _, err = run(["predict", "--model", out, "--data", data, "--output",
                           f"{tmp_path / 'newdir'}/"], capsys)
     _refused(status, err, "argument --output", "ends in '/'", "give a file name")
+    status, _, err = run(["explain", "--model", out, "--smiles", "CCO", "--output",
+                          f"{tmp_path / 'newdir'}/"], capsys)
+    _refused(status, err, "argument --output", "ends in '/'")
     assert not (tmp_path / "newdir").exists()
 
 
