@@ -200,6 +200,12 @@ def test_predict_keeps_every_row_in_order(records, chunk_rows, workers):
         data, output = Path(tmp) / "in.csv", Path(tmp) / "out.csv"
         with open(data, "w", newline="", encoding="utf-8") as handle:
             csv.writer(handle).writerows([["id", "smiles"], *records])
+        if any(len(rec) > 2 and rec[2].strip() for rec in records):  # a cell past the header
+            with pytest.raises(ValueError, match="cells, but the header has 2 columns"):
+                predict_csv(ENSEMBLE, ["y"], data, output, "smiles", chunk_rows=chunk_rows,
+                            workers=workers)
+            assert not output.exists()
+            return
         counts = predict_csv(ENSEMBLE, ["y"], data, output, "smiles",
                                  chunk_rows=chunk_rows, workers=workers)
         with open(output, newline="", encoding="utf-8") as handle:
