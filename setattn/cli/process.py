@@ -8,13 +8,17 @@ its own, so it sets what suits molecule training on a shared CPU.
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
+import sys
 import threading
+import time
 import warnings
 
 import torch
 
-__all__ = ["DEFAULT_THREADS", "end_on_sigterm", "keep_freed_memory", "one_thread", "set_up"]
+__all__ = ["DEFAULT_THREADS", "GRACE_SECONDS", "end_on_sigterm", "end_when_stuck",
+           "keep_freed_memory", "one_thread", "set_up"]
 
 DEFAULT_THREADS = 1
 """torch CPU threads unless ``--num-threads`` says otherwise: molecule batches are small
@@ -60,6 +64,73 @@ def end_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminated)
 
 
+GRACE_SECONDS = 5.0
+"""How long a command may take to end after SIGTERM or Ctrl-C before ``end_when_stuck``
+ends it outright."""
+
+_WATCHED: list[threading.Thread] = []  # the watchdog of this process, once started
+
+
+def _forget_wakeup() -> None:
+    """In a forked child: signals there are the child's own, not this watchdog's."""
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # not the main thread (cannot happen right after a fork)
+        pass
+
+
+def _watch(read: int) -> None:
+    """Wait for a SIGTERM or SIGINT byte; end the process ``GRACE_SECONDS`` later."""
+    while True:
+        data = os.read(read, 64)
+        if not data:
+            return
+        signums = [s for s in data if s in (signal.SIGTERM, signal.SIGINT)]
+        if not signums:
+            continue
+        time.sleep(GRACE_SECONDS)  # the main thread ends the command first, if it can
+        name = signal.Signals(signums[0]).name
+        sys.stderr.write(f"setattn: still running {GRACE_SECONDS:g} s after {name} (inside a "
+                         f"call that cannot be interrupted); ending now\n")
+        sys.stderr.flush()
+        os._exit(128 + signums[0])
+
+
+def end_when_stuck() -> bool:
+    """End the process ``GRACE_SECONDS`` after a SIGTERM or SIGINT that the main thread
+    has not acted on by then.
+
+    Python runs a signal handler only between two bytecodes of the main thread, so one
+    long call into C (a kernel ridge's eigendecomposition of 20,000 molecules, minutes)
+    holds the signal until it returns. A watchdog thread, woken through
+    ``signal.set_wakeup_fd`` while the call runs (torch releases the GIL), ends the
+    process then (``os._exit``, status 128 + the signal). Forked children forget the
+    wakeup descriptor, so their signals never end this process. Nothing is done where
+    the descriptor is already someone else's (an event loop's) or off the main thread.
+
+    Returns:
+        Whether a watchdog runs (started now or before).
+    """
+    if _WATCHED:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    if previous != -1:  # someone else's: give it back
+        signal.set_wakeup_fd(previous, warn_on_full_buffer=False)
+        os.close(read)
+        os.close(write)
+        return False
+    os.register_at_fork(after_in_child=_forget_wakeup)
+    thread = threading.Thread(target=_watch, args=(read,), name="setattn-watchdog",
+                              daemon=True)
+    thread.start()
+    _WATCHED.append(thread)
+    return True
+
+
 def one_thread() -> None:
     """A worker process's set-up: one torch thread, so N workers use N cores."""
     torch.set_num_threads(1)
@@ -76,5 +147,7 @@ def set_up(command: str, num_threads: int) -> None:
     # the sparse engine uses torch's CSR kernels on purpose; their "beta" notice is noise
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     end_on_sigterm()
+    if command in ("train", "predict", "explain"):  # serve ends as its server decides
+        end_when_stuck()
     if command == "train":
         keep_freed_memory()

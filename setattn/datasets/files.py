@@ -187,8 +187,8 @@ def _records(reader, path: Path, encoding: str | None) -> Iterator[list[str]]:
                 width = len(record)
             elif len(record) > width and any(c.strip() for c in record[width:]):
                 raise ValueError(f"{path.name}: line {reader.line_num}: {len(record)} cells, "
-                                 f"but the header has {width} columns (a delimiter inside "
-                                 f"a cell that is not quoted?)")
+                                 f"but the header has {width} column{'s' * (width != 1)} "
+                                 f"(a delimiter inside a cell that is not quoted?)")
             yield record
     except _READ_ERRORS as err:
         raise _read_error(err, path, encoding, reader.line_num) from None

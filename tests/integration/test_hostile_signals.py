@@ -1,0 +1,70 @@
+"""A command stops when asked even inside a call Python cannot interrupt: the watchdog
+of ``setattn.cli.process.end_when_stuck`` ends the process ``GRACE_SECONDS`` after a
+SIGTERM the main thread could not act on (a long eigendecomposition, as a kernel ridge's
+fit of 20,000 molecules makes), and a forked child's own SIGTERM never ends its parent."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from molecule_runs import subprocess_env
+
+from setattn.cli.process import GRACE_SECONDS
+
+SCRIPT = """
+import multiprocessing, sys, time
+import torch
+from setattn.cli import process
+process.set_up("train", 1)
+if sys.argv[1] == "child":  # a forked worker stopped with SIGTERM: the parent goes on
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()
+    time.sleep(0.5)
+    child.terminate()
+    child.join()
+    time.sleep(GRACE + 2)
+    print("parent still running", flush=True)
+    sys.exit(0)
+a = torch.randn(4000, 4000, dtype=torch.float64)
+a = a @ a.T
+print("ready", flush=True)
+while True:
+    torch.linalg.eigh(a)  # one call into LAPACK: seconds without a bytecode boundary
+"""
+
+
+def _start(mode: str) -> subprocess.Popen:
+    code = SCRIPT.replace("GRACE", repr(GRACE_SECONDS))
+    return subprocess.Popen([sys.executable, "-c", code, mode], env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigterm_inside_a_long_c_call_ends_the_command_after_the_grace():
+    process = _start("eigh")
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        time.sleep(1)  # inside the first eigendecomposition
+        sent = time.perf_counter()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert time.perf_counter() - sent < GRACE_SECONDS + 4
+    assert f"still running {GRACE_SECONDS:g} s after SIGTERM" in err
+
+
+@pytest.mark.slow
+def test_a_forked_childs_sigterm_never_ends_the_parent():
+    process = _start("child")
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "parent still running" in out
