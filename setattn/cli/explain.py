@@ -5,6 +5,8 @@ every row: ``DIR/atoms.csv`` (``row,smiles,atom,symbol,contribution``, one line 
 atom of ``Chem.MolFromSmiles(smiles)``), ``DIR/molecules.csv`` (each row's prediction,
 baseline and what the contributions mean), the first ``--max-pictures`` pictures and
 ``DIR/errors.csv`` for rows whose SMILES does not parse (they are skipped, never fatal).
+``DIR`` is new, or one that ``explain`` wrote before (its marker ``.setattn-explain``),
+or holds no file of those names: nothing of the user's is replaced.
 """
 
 from __future__ import annotations
@@ -26,10 +28,36 @@ from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.run_files import check_output_file, run_file_paths
 from setattn.viz import draw_atom_contributions
 
-__all__ = ["cmd_explain"]
+__all__ = ["EXPLAIN_MARKER", "check_explain_folder", "cmd_explain"]
 
 TABLE_FILES = ("atoms.csv", "molecules.csv", "errors.csv")
 """The tables ``--data`` writes into the ``--output`` folder (besides pictures)."""
+
+EXPLAIN_MARKER = ".setattn-explain"
+"""The marker of a folder ``explain --data`` wrote (written first): its files may be
+replaced by the next ``explain`` into it."""
+
+
+def _explain_writes(name: str) -> bool:
+    return name in TABLE_FILES or (name.startswith("row_") and name.endswith(".png"))
+
+
+def check_explain_folder(out: Path) -> None:
+    """``--output`` of ``explain --data``: absent, written by ``explain`` before (its
+    marker), or holding no file of the names ``explain`` writes; nothing of the user's
+    is replaced.
+
+    Raises:
+        ValueError: naming ``--output`` and the files it would replace.
+    """
+    if not out.is_dir() or (out / EXPLAIN_MARKER).is_file():
+        return
+    taken = sorted(p.name for p in out.iterdir() if _explain_writes(p.name))
+    if taken:
+        more = " ..." if len(taken) > 5 else ""
+        raise ValueError(f"argument --output: {out} holds {', '.join(taken[:5])}{more}, "
+                         f"which explain would replace, and is not a folder explain wrote "
+                         f"(no {EXPLAIN_MARKER} in it); choose a new or empty folder")
 
 
 def _target(args: argparse.Namespace, targets: list[str]) -> int:
@@ -75,6 +103,7 @@ def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) 
     out = Path(args.output)
     rows = _rows(args.data, args.smiles_column)
     out.mkdir(parents=True, exist_ok=True)
+    (out / EXPLAIN_MARKER).write_text("{\"setattn\": \"explain\"}\n", encoding="utf-8")
     errors, explained = [], 0
     atoms_file, molecules_file, errors_file = (out / name for name in TABLE_FILES)
     with open(atoms_file, "w", newline="") as atoms, \
@@ -123,6 +152,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                              f"names a folder")
         for name in TABLE_FILES:  # none may replace an input (the CSV explained, a record)
             check_output_file(Path(args.output) / name, inputs)
+        check_explain_folder(Path(args.output))
     else:
         check_output_file(args.output, inputs)  # a trailing "/" is seen
     models, meta = load_run(args.model)

@@ -159,6 +159,29 @@ def test_predict_output_with_a_trailing_slash_names_a_folder(tmp_path, capsys):
     assert not (tmp_path / "newdir").exists()
 
 
+def test_explain_never_replaces_the_users_files_in_its_folder(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    assert train_tiny(data, out, capsys, "--descriptors", "none")[0] == 0
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name in ("atoms.csv", "row_0.png", "notes.txt"):
+        (folder / name).write_text(f"the user's {name}\n")
+    before = _hashes(folder)
+    explain = ["explain", "--model", out, "--data", data, "--max-pictures", "1", "--output"]
+    status, _, err = run([*explain, folder], capsys)
+    _refused(status, err, "argument --output", "holds atoms.csv, row_0.png, which explain "
+                                                "would replace")
+    assert _hashes(folder) == before
+    (folder / "atoms.csv").unlink()
+    (folder / "row_0.png").unlink()
+    for _ in range(2):  # a folder explain wrote may be written again
+        status, _, err = run([*explain, folder], capsys)
+        assert status == 0, err
+    assert (folder / "notes.txt").read_text() == "the user's notes.txt\n"
+    assert (folder / ".setattn-explain").is_file() and (folder / "atoms.csv").is_file()
+
+
 def test_rows_with_more_cells_than_the_header_are_refused(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     lines = data.read_text().splitlines()
