@@ -152,7 +152,6 @@ def check_output_dir(out: str | Path, argument: str = "--output-dir") -> Path:
     return out
 
 
-
 _MEMBER = re.compile(r"model_\d+")  # an ensemble member's folder of checkpoints
 
 
@@ -246,6 +245,7 @@ class RunLock:
         self.resume = resume
         self.path = self.out / LOCK_NAME
         self.created = False  # the directory was made by this claim
+        self.marked = False  # its marker was written by this claim
         self.held = False
 
     def acquire(self) -> None:
@@ -272,6 +272,7 @@ class RunLock:
             json.dump({"pid": os.getpid(), "host": socket.gethostname(),
                        "started": time.strftime("%Y-%m-%d %H:%M:%S")}, handle)
         self.held = True
+        self.marked = not (self.out / RUN_MARKER).is_file()
         mark_run_dir(self.out)
 
     def _held_message(self) -> str:
@@ -293,15 +294,16 @@ class RunLock:
                 f"directory")
 
     def release(self) -> None:
-        """Remove the lock; a directory this claim created and nothing else was written
-        to is removed too (a refused run leaves nothing behind)."""
+        """Remove the lock; the marker this claim wrote, where nothing else was
+        written, and a directory this claim created, where it is then empty, go too (a
+        refused run leaves nothing behind)."""
         if not self.held:
             return
         self.path.unlink(missing_ok=True)
         self.held = False
+        if self.marked and [p.name for p in self.out.iterdir()] == [RUN_MARKER]:
+            (self.out / RUN_MARKER).unlink(missing_ok=True)
         if self.created:
-            if [p.name for p in self.out.iterdir()] == [RUN_MARKER]:
-                (self.out / RUN_MARKER).unlink(missing_ok=True)
             try:
                 self.out.rmdir()  # only if empty
             except OSError:

@@ -95,6 +95,12 @@ def test_a_refused_run_into_a_new_folder_leaves_nothing(tmp_path, capsys):
     out = tmp_path / "new"
     status, _, err = train_tiny(tmp_path / "missing.csv", out, capsys)
     assert status == 2 and not out.exists(), err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("smiles,expt\nCCO,abc\n")
+    empty = tmp_path / "empty"  # the user's empty folder stays empty
+    empty.mkdir()
+    status, _, err = train_tiny(bad, empty, capsys)
+    assert status == 2 and "row 0, column 'expt'" in err and not list(empty.iterdir()), err
 
 
 def test_a_run_written_before_markers_still_resumes(tmp_path, capsys):
