@@ -198,7 +198,8 @@ def parse_smiles(smiles: str, *, row: int | None = None, source: str | None = No
         source: the file name it came from, carried into the error.
 
     Returns:
-        The RDKit molecule (hydrogens implicit).
+        The RDKit molecule (hydrogens implicit, isotopes set to the plain element:
+        ``[2H]OC`` is methanol's two heavy atoms, as the models see it).
 
     Raises:
         InvalidSmilesError: if the string is empty, holds whitespace inside (RDKit
@@ -215,6 +216,8 @@ def parse_smiles(smiles: str, *, row: int | None = None, source: str | None = No
     if any(c.isspace() for c in text):  # RDKit reads "C CO" as methane named "CO"
         raise InvalidSmilesError(smiles, f"whitespace inside the SMILES (RDKit would read "
                                  f"only {text.split()[0]!r})", row=row, source=source)
+    if _MASS.search(text):  # an isotope, "[2H]": the plain element (setattn.domains.isotopes)
+        mol = strip_isotopes(mol)
     if mol.GetNumAtoms() == 0:
         raise InvalidSmilesError(smiles, "molecule has no atoms", row=row, source=source)
     return mol
@@ -390,9 +393,7 @@ def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | No
     """
     if isinstance(smiles_or_mol, str):
         smiles = smiles_or_mol
-        mol = parse_smiles(smiles, row=row, source=source)
-        if _MASS.search(smiles):  # an isotope: a bracket atom with a mass, "[2H]"
-            mol = strip_isotopes(mol)
+        mol = parse_smiles(smiles, row=row, source=source)  # isotopes stripped
         return mol, smiles, "." in smiles, "@" in smiles, "/" in smiles or "\\" in smiles
     if isinstance(smiles_or_mol, Chem.Mol):
         if smiles_or_mol.GetNumAtoms() == 0:

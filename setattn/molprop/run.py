@@ -122,6 +122,8 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
     try:
         return limits.kernel_size(run.kernel_ridge, n_train,
                                   run.model.descriptor_dim > 0), None
+    except SettingError as error:  # sent to the other ranks as plain values
+        return (0, None), (error.name, error.reason)
     except ValueError as error:
         return (0, None), str(error)
 
@@ -139,6 +141,8 @@ def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
         started = _started_kernel(out) if resume else None
         decision = _kernel_decision(run, n_train, started)
     (size, note), error = distributed.broadcast(decision)
+    if isinstance(error, tuple):
+        raise SettingError(*error, colon=True)
     if error:
         raise ValueError(error)
     if note:

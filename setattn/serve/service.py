@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError, fragment_note
+from setattn.domains.atom_notes import molecule_note
+from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.explain import METHODS
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import DEFAULT_METHOD, explain_molecule
@@ -165,7 +166,7 @@ class ModelService:
         svg = contribution_svg(smiles, e.attribution.values, title=labels.title,
                                unit=labels.unit, centre=labels.centre, limit=labels.limit)
         values = e.attribution.values.tolist()
-        note = fragment_note(smiles)
+        note = molecule_note(smiles)
         return {"smiles": smiles, "error": f"note: {note}" if note else "",
                 "target": target, "method": method, "unit": e.unit,
                 "prediction": prediction_text(e, target), "sum": sum_text(e),

@@ -327,7 +327,7 @@ def test_classification_on_request_averages_the_two_probabilities(tmp_path, caps
 
 
 def test_model_config_refuses_a_kernel_without_descriptors():
-    with pytest.raises(ValueError, match="kernel ridge needs"):
+    with pytest.raises(ValueError, match="kernel_size needs descriptors"):
         MoleculeModel(MoleculeModelConfig(kernel_size=10, descriptor_dim=0))
 
 

@@ -135,9 +135,11 @@ def test_explain_draws_each_molecule_as_setattn_explain(server, run):
     from setattn.molprop.checkpoint import load_run
     from setattn.molprop.explain import explain_molecule
 
-    status, result = post_json(server, "/explain", {"smiles": ["CCO", "xx", "CC(=O)O.[Na+]"]})
+    status, result = post_json(server, "/explain",
+                               {"smiles": ["CCO", "xx", "CC(=O)O.[Na+]", "[2H]OC"]})
     assert status == 200 and result["method"] == "integrated-gradients"
-    ok, bad, salt = result["explanations"]
+    ok, bad, salt, heavy = result["explanations"]
+    assert heavy["error"].startswith("note: isotopes stripped")  # the notes predict writes
     assert bad == {"smiles": "xx", "error": "invalid SMILES: SMILES syntax error"}
     assert ok["svg"].startswith("<svg") and ok["svg"].endswith("</svg>")
     assert "contribution to expt" in ok["svg"]  # the colour bar's caption
