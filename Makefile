@@ -58,9 +58,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/engine.py --threads 1
 	$(PY) benchmarks/layers.py --threads 1 --repeats 20
 	$(PY) benchmarks/scaling.py --threads 1
-	$(PY) benchmarks/featurize.py --threads 1
 	$(PY) benchmarks/compile.py
-	$(PY) benchmarks/predict_scale.py --n 200000 --anchor 20000
+	$(PY) benchmarks/predict.py
 
 clean:
 	rm -rf $(VENV) runs docs/_build

@@ -1,0 +1,421 @@
+"""Prediction speed: featurisation, ``setattn predict`` cold and warm, chemprop, scale.
+
+Run:  .venv/bin/python benchmarks/predict.py          (writes results/predict.json)
+      .venv/bin/python benchmarks/predict.py --n 500 --large 2000 --skip-chemprop --out x.json
+
+The molecules are drug-like: the ChEMBL BACE-1 set (``datasets/molecules/bace1_chembl.csv``,
+5,739 SMILES), a random sample of ``--n`` (seed 0) for the speed tables, cycled to
+``--large`` rows for the large-scale run. Every process runs one torch thread
+(``OMP_NUM_THREADS=1``); each table says what its ratios are against, measured in the
+same run. Five tables:
+
+1. SMILES -> graph: all 7831 Tox21 SMILES one at a time, ``mol_to_data``'s bond graph
+   against PyG's ``from_smiles`` and RDKit's parse alone (interleaved rounds, medians).
+2. RDKit descriptors: per molecule of the sample (its first ``--desc-n``), RDKit's public
+   functions one by one (``Descriptors.descList`` less the left-out ones: the way the
+   models' descriptors were first computed) against ``mol_descriptors``, whose slowest
+   descriptors come from shared intermediate results; the values are checked equal.
+3. ``setattn predict``: the command line on the sample with the model of ``--model``
+   (default ``runs/freesolv``, the ``make demo`` run: an ensemble of 3 with the kernel
+   ridge and RDKit descriptors; trained with the demo's command when absent): with a
+   new, empty feature cache (cold) and again with the cache it wrote (warm), with 1 and 2
+   worker processes; a run on 10 molecules gives the start-up (imports, model loading).
+4. ``chemprop predict`` (chemprop 2.3.1 in ``benchmarks/.venv-chemprop``, installed on
+   first use) on the same molecules and threads: a model trained 3 epochs on FreeSolv
+   (prediction time does not depend on training), without descriptors and with chemprop
+   1's normalised RDKit 2D descriptors (``v1_rdkit_2d_normalized``), ``--num-workers 0``.
+5. Large scale: ``--large`` molecules (default 100,000, cycling all 5,739 BACE-1 SMILES)
+   through ``setattn predict`` with 2 workers, with a new cache folder and again with it
+   warm: the time, and the memory of the process tree polled every 0.25 s (parent and
+   worker peak RSS, their sum, the peak total PSS: shared pages split among sharers)
+   against the sample's cold run with 2 workers. Every output is checked: one row per
+   input row, the SMILES column equal to the input's, in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from rdkit import Chem, RDLogger, rdBase
+from torch_geometric.utils import from_smiles
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from molecule_jobs import ensure_chemprop, timed  # noqa: E402
+from record import finish, interleaved_seconds, make_record, table  # noqa: E402
+
+from setattn.datasets import DATASETS_DIR  # noqa: E402
+from setattn.domains.descriptors import descriptor_functions, mol_descriptors  # noqa: E402
+from setattn.domains.molecules import InvalidSmilesError, mol_to_data  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MOLECULES = DATASETS_DIR / "molecules"
+DEMO_TRAIN = ["--data", str(MOLECULES / "freesolv.csv"), "--smiles-column", "smiles",
+              "--target-columns", "expt", "--split", "random", "--seed", "0"]
+
+
+def read_column(path: Path, column: str = "smiles") -> list[str]:
+    with open(path, newline="") as handle:
+        return [row[column] for row in csv.DictReader(handle)]
+
+
+def drug_like(n: int) -> list[str]:
+    """A random sample (seed 0) of ``n`` ChEMBL BACE-1 SMILES."""
+    smiles = read_column(MOLECULES / "bace1_chembl.csv")
+    return random.Random(0).sample(smiles, min(n, len(smiles)))
+
+
+def write_input(path: Path, smiles: list[str], n: int) -> Path:
+    """A CSV of ``n`` rows (id, smiles), cycling through ``smiles``."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "smiles"])
+        for i, s in zip(range(n), itertools.cycle(smiles)):
+            writer.writerow([i, s])
+    return path
+
+
+def check_aligned(data: Path, output: Path, column: str = "smiles") -> int:
+    """Rows of ``output``; raises unless its SMILES column equals ``data``'s, row by row."""
+    rows = 0
+    for a, b in itertools.zip_longest(read_column(data), read_column(output, column)):
+        if a != b:
+            raise SystemExit(f"{output}: row {rows}: {b!r} where the input has {a!r}")
+        rows += 1
+    return rows
+
+
+def env(**extra: str) -> dict:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1", **extra}
+
+
+# --------------------------------------------------------------------------------------
+# tables 1 and 2: featurisation in this process
+
+
+def graph_table(repeats: int) -> tuple[dict, dict]:
+    """SMILES -> graph, every case in interleaved rounds; (table, raw seconds)."""
+    smiles = read_column(MOLECULES / "tox21.csv")
+
+    def setattn_pass() -> int:
+        built = 0
+        for s in smiles:
+            try:
+                mol_to_data(s)
+            except InvalidSmilesError:
+                continue
+            built += 1
+        return built
+
+    cases: dict[str, Callable[[], int]] = {
+        "setattn mol_to_data": setattn_pass,
+        "PyG from_smiles": lambda: sum(1 for s in smiles if from_smiles(s).num_nodes > 0),
+        "RDKit parse only": lambda: sum(1 for s in smiles if Chem.MolFromSmiles(s) is not None),
+    }
+    built = {name: fn() for name, fn in cases.items()}
+    median = interleaved_seconds(cases, repeats)
+    pyg = median["PyG from_smiles"]
+    rows = [[name, str(built[name]), f"{median[name]:.2f}",
+             f"{len(smiles) / median[name]:,.0f}", f"{pyg / median[name]:.2f}x"]
+            for name in cases]
+    return table(f"SMILES -> graph, all {len(smiles)} Tox21 SMILES",
+                 ["case", "graphs", "seconds", "mol/s", "vs PyG from_smiles"], rows,
+                 f"median of {repeats} interleaved rounds after a warm-up round"), median
+
+
+def _rdkit_one_by_one(mol: Chem.Mol) -> list[float]:
+    values = []
+    for _, fn in descriptor_functions():
+        try:
+            values.append(float(fn(mol)))
+        except (RuntimeError, ValueError, ZeroDivisionError, OverflowError):
+            values.append(float("nan"))
+    return values
+
+
+def descriptor_table(smiles: list[str], repeats: int) -> tuple[dict, dict]:
+    """RDKit's descriptor functions one by one against ``mol_descriptors``."""
+    with rdBase.BlockLogs():
+        mols = [Chem.MolFromSmiles(s) for s in smiles]
+    mols = [m for m in mols if m is not None]
+    for m in mols:
+        Chem.FastFindRings(m)
+    equal = sum(torch.equal(mol_descriptors(Chem.Mol(m)),
+                            _as_row(_rdkit_one_by_one(Chem.Mol(m)))) for m in mols)
+
+    def run(fn: Callable[[Chem.Mol], object]) -> Callable[[], None]:
+        def each() -> None:
+            with rdBase.BlockLogs():
+                for m in mols:
+                    fn(Chem.Mol(m))  # a fresh copy: both would cache on the molecule
+        return each
+
+    median = interleaved_seconds({"RDKit functions one by one": run(_rdkit_one_by_one),
+                                  "setattn mol_descriptors": run(mol_descriptors)}, repeats)
+    base = median["RDKit functions one by one"]
+    rows = [[name, f"{s / len(mols) * 1e3:.2f}", f"{len(mols) / s:,.0f}", f"{base / s:.2f}x"]
+            for name, s in median.items()]
+    return table(f"{len(descriptor_functions())} RDKit descriptors of {len(mols)} drug-like "
+                 "molecules", ["computation", "ms per molecule", "mol/s",
+                               "vs RDKit one by one"], rows,
+                 f"median of {repeats} interleaved rounds; values equal (float32) for "
+                 f"{equal} of {len(mols)} molecules"), {**median, "equal": equal}
+
+
+def _as_row(values: list[float]) -> torch.Tensor:
+    row = torch.tensor(values, dtype=torch.float64)
+    row = torch.where(row.abs() < 1e30, row, torch.zeros_like(row))
+    return torch.nan_to_num(row, nan=0.0).float()[None]
+
+
+# --------------------------------------------------------------------------------------
+# memory of a process tree
+
+
+def _proc_kb(pid: int, path: str, field: str) -> int:
+    """A ``field:  N kB`` line of /proc/PID/PATH in kB (0 if the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/{path}") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    """PIDs of ``root``'s living descendants, from the parent PIDs in /proc/*/stat."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    # the command name may hold spaces: the fields after ")" are safe
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, p in parents.items() if p == pid]
+        found += children
+        frontier += children
+    return found
+
+
+def watch_tree(proc: subprocess.Popen, interval: float = 0.25) -> dict:
+    """Wait for ``proc``, polling the memory of it and its descendants: MB of the
+    parent's and the largest worker's peak RSS (VmHWM), their sum (an upper bound:
+    forked workers share pages) and the peak total PSS seen in one poll."""
+    hwm: dict[int, int] = {}
+    pss_peak = 0
+    while proc.poll() is None:
+        pids = [proc.pid, *_descendants(proc.pid)]
+        for pid in pids:
+            hwm[pid] = max(hwm.get(pid, 0), _proc_kb(pid, "status", "VmHWM"))
+        pss_peak = max(pss_peak, sum(_proc_kb(pid, "smaps_rollup", "Pss") for pid in pids))
+        time.sleep(interval)
+    children = [v for pid, v in hwm.items() if pid != proc.pid]
+    return {"parent_peak": hwm.get(proc.pid, 0) / 1024,
+            "child_peak": max(children, default=0) / 1024,
+            "rss_sum": sum(hwm.values()) / 1024, "pss_peak": pss_peak / 1024}
+
+
+# --------------------------------------------------------------------------------------
+# tables 3 to 5: command lines
+
+
+def setattn_predict(model: Path, data: Path, output: Path, workers: int, cache: Path) -> dict:
+    """One ``setattn predict`` run: wall seconds, rows checked, memory of the tree."""
+    cmd = [sys.executable, "-m", "setattn.cli", "predict", "--model", str(model),
+           "--data", str(data), "--output", str(output), "--workers", str(workers)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env(SETATTN_CACHE_DIR=str(cache)),
+                            stdout=subprocess.DEVNULL)
+    memory = watch_tree(proc)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"predict failed ({proc.returncode}): {' '.join(cmd)}")
+    return {"seconds": seconds, "rows": check_aligned(data, output), **memory}
+
+
+def setattn_cases(model: Path, data: Path, tiny: Path, work: Path) -> dict[str, dict]:
+    """Cold and warm caches with 1 and 2 workers (each cold run with a new cache folder,
+    its warm run right after it with that folder); each case carries the seconds of a
+    run on 10 molecules (``startup``: imports, model loading)."""
+    startup = setattn_predict(model, tiny, work / "p.csv", 1, work / "cache-tiny")["seconds"]
+    out = {}
+    for workers in (1, 2):
+        cache = work / f"cache-{workers}"
+        for state in ("cold", "warm"):
+            out[f"{state} cache, {workers} worker(s)"] = {
+                **setattn_predict(model, data, work / "p.csv", workers, cache),
+                "startup": startup}
+        print(f"setattn predict, {workers} worker(s): done", file=sys.stderr)
+    return out
+
+
+def chemprop_cases(data: Path, tiny: Path, work: Path) -> dict[str, dict]:
+    """chemprop predict without and with RDKit descriptors, each with its start-up."""
+    chemprop = [str(ensure_chemprop().parent / "chemprop")]
+    out: dict[str, dict] = {}
+    for name, flags in (("chemprop", []),
+                        ("chemprop + RDKit 2D", ["--molecule-featurizers",
+                                                 "v1_rdkit_2d_normalized"])):
+        run_dir = work / name.replace(" ", "_").replace("+", "plus")
+        timed([*chemprop, "train", "--data-path", str(MOLECULES / "freesolv.csv"),
+               "--smiles-columns", "smiles", "--target-columns", "expt", "--epochs", "3",
+               "--num-workers", "0", "--output-dir", str(run_dir), *flags],
+              run_dir / "train.log", 1)
+        (model,) = sorted(run_dir.rglob("best*.pt"))[:1]
+        runs = {}
+        for label, path in (("startup", tiny), ("run", data)):
+            preds = run_dir / f"{label}.csv"
+            seconds = timed([*chemprop, "predict", "--test-path", str(path), "--model-paths",
+                             str(model), "--smiles-columns", "smiles", "--num-workers", "0",
+                             "--preds-path", str(preds), *flags], run_dir / "predict.log", 1)
+            runs[label] = {"seconds": seconds, "rows": check_aligned(path, preds)}
+        out[name] = {**runs["run"], "startup": runs["startup"]["seconds"]}
+        print(f"{name}: done", file=sys.stderr)
+    return out
+
+
+def speed_rows(cases: dict[str, dict], n: int, anchor: str) -> list[list[str]]:
+    """One row per case of ``n`` molecules: seconds, mol/s with and without the case's
+    start-up (10 molecules), and the speed against ``anchor``."""
+    base, rows = cases[anchor]["seconds"], []
+    for name, r in cases.items():
+        work = r["seconds"] - r["startup"]
+        rows.append([name, f"{r['rows']:,}", f"{r['seconds']:.1f}", f"{r['startup']:.1f}",
+                     f"{n / r['seconds']:,.0f}", f"{n / work:,.0f}" if work > 0 else "-",
+                     f"{base / r['seconds']:.2f}x"])
+    return rows
+
+
+def speed_table(title: str, cases: dict, n: int, anchor: str, note: str) -> dict:
+    return table(title, ["case", "rows", "seconds", "start-up s", "mol/s",
+                         "mol/s after start-up", f"vs {anchor}"],
+                 speed_rows(cases, n, anchor), note)
+
+
+def scale_table(runs: dict[str, dict], anchor: str) -> dict:
+    rows = []
+    for name, r in runs.items():
+        rows.append([name, f"{r['rows']:,}", f"{r['seconds']:.1f}",
+                     f"{r['rows'] / r['seconds']:,.0f}", f"{r['parent_peak']:.0f}",
+                     f"{r['child_peak']:.0f}", f"{r['rss_sum']:.0f}", f"{r['pss_peak']:.0f}",
+                     f"{r['pss_peak'] / runs[anchor]['pss_peak']:.2f}x"])
+    return table("setattn predict at scale, 2 workers",
+                 ["run", "rows out", "seconds", "mol/s", "parent RSS MB", "worker RSS MB",
+                  "RSS sum MB", "peak PSS MB", "PSS vs the first"], rows,
+                 "the large input cycles all 5,739 BACE-1 SMILES, so its blocks of 250 never "
+                 "repeat within a run; memory polled every 0.25 s over the process tree; the "
+                 "RSS sum adds the peaks of every process seen, the short-lived ones that "
+                 "featurise a molecule of over 150 atoms under a deadline included, and "
+                 "counts shared pages in each (an upper bound); PSS splits them")
+
+
+def large_runs(model: Path, n: int, work: Path) -> dict[str, dict]:
+    """``n`` molecules with 2 workers, a new cache folder (cold), then again (warm)."""
+    data = write_input(work / "large.csv", read_column(MOLECULES / "bace1_chembl.csv"), n)
+    out = {}
+    for state in ("cold", "warm"):
+        out[f"{n:,} molecules, {state} cache"] = setattn_predict(
+            model, data, work / "p.csv", 2, work / "cache-large")
+        print(f"{n} molecules, {state}: done", file=sys.stderr)
+    return out
+
+
+def demo_model(model: Path | None, work: Path) -> Path:
+    """``--model``, else ``runs/freesolv`` if it exists, else the demo's run trained."""
+    if model is not None:
+        return model
+    if (ROOT / "runs" / "freesolv" / "config.json").exists():
+        return ROOT / "runs" / "freesolv"
+    out = work / "freesolv"
+    subprocess.run([sys.executable, "-m", "setattn.cli", "train", *DEMO_TRAIN,
+                    "--output-dir", str(out)], check=True, env=env(), stdout=subprocess.DEVNULL)
+    return out
+
+
+def summary(setattn: dict, chemprop: dict, large: dict, n: int, load: float) -> str:
+    def rate(name: str, cases: dict = setattn) -> str:
+        return f"{n / cases[name]['seconds']:,.0f}"
+
+    cold1, cold2 = "cold cache, 1 worker(s)", "cold cache, 2 worker(s)"
+    warm = setattn[cold1]["seconds"] / setattn["warm cache, 1 worker(s)"]["seconds"]
+    r, warm_big = large.values()
+    text = (f"setattn predict with the demo model (3 models, kernel ridge, RDKit descriptors) "
+            f"ran {rate(cold1)} drug-like molecules/s on one core with a cold cache "
+            f"(start-up included), {rate(cold2)}/s with 2 workers, and a warm cache was "
+            f"{warm:.1f}x faster; {r['rows']:,} molecules took {r['seconds'] / 60:.1f} "
+            f"minutes with 2 workers, {r['seconds'] / warm_big['seconds']:.1f}x the warm run.")
+    if chemprop:
+        text += (f" chemprop predict: {rate('chemprop', chemprop)}/s, with RDKit 2D "
+                 f"descriptors {rate('chemprop + RDKit 2D', chemprop)}/s.")
+    if load > 1.5:
+        text += f" The machine was shared (load up to {load:.1f}): read the ratios."
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4000, help="drug-like molecules per run")
+    parser.add_argument("--desc-n", type=int, default=300, help="molecules of table 2")
+    parser.add_argument("--large", type=int, default=100_000, help="molecules at scale")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of tables 1 and 2")
+    parser.add_argument("--model", type=Path, help="run directory (default: the demo's)")
+    parser.add_argument("--skip-chemprop", action="store_true")
+    parser.add_argument("--out", type=Path, help="the record (default results/predict.json)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    RDLogger.DisableLog("rdApp.*")  # PyG's from_smiles does the same; keep stderr quiet
+    loads = [os.getloadavg()[0]]
+    smiles = drug_like(args.n)
+    n = len(smiles)
+    graphs, graph_raw = graph_table(args.repeats)
+    descriptors, desc_raw = descriptor_table(smiles[:args.desc_n], args.repeats)
+    loads.append(os.getloadavg()[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = demo_model(args.model, work)
+        data = write_input(work / "drug_like.csv", smiles, n)
+        tiny = write_input(work / "tiny.csv", smiles, 10)
+        setattn = setattn_cases(model, data, tiny, work)
+        loads.append(os.getloadavg()[0])
+        chemprop = {} if args.skip_chemprop else chemprop_cases(data, tiny, work)
+        large = large_runs(model, args.large, work)
+        loads.append(os.getloadavg()[0])
+    anchor = "cold cache, 1 worker(s)"
+    tables = [graphs, descriptors,
+              speed_table(f"setattn predict, {n:,} drug-like molecules", setattn, n, anchor,
+                          "the demo model; a new feature cache folder for each cold run, "
+                          "the same folder again for its warm run")]
+    if chemprop:
+        tables.append(speed_table(f"chemprop predict, the same {n:,} molecules", chemprop, n,
+                                  "chemprop", "chemprop 2.3.1, one model, 1 thread"))
+    small = {f"{n:,} molecules, cold cache": setattn["cold cache, 2 worker(s)"]}
+    tables.append(scale_table({**small, **large}, next(iter(small))))
+    raw = {"graph_seconds": graph_raw, "descriptor_seconds": desc_raw, "setattn": setattn,
+           "chemprop": chemprop, "large": large, "loads": loads}
+    load = max(loads)
+    finish(make_record("predict", "Prediction speed: featurisation, setattn predict, chemprop",
+                       summary(setattn, chemprop, large, n, load), tables, 1, raw,
+                       load=load), args.out)
+
+
+if __name__ == "__main__":
+    main()
