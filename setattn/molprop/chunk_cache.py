@@ -25,7 +25,7 @@ from torch_geometric.data import Data
 
 from setattn.files import atomic_open
 from setattn.molprop.batching import pack
-from setattn.molprop.featurize import FEATURIZER_VERSION, cache_dir
+from setattn.molprop.featurize import FEATURIZER_VERSION, cache_dir, content_checksum
 from setattn.molprop.limits import FEATURIZE_SECONDS
 
 __all__ = ["cached_chunk"]
@@ -43,21 +43,6 @@ def _key(smiles: Sequence[str], descriptor_dim: int, max_heavy_atoms: int) -> st
                 "max_heavy_atoms": max_heavy_atoms, "time_budget": FEATURIZE_SECONDS,
                 "smiles": list(smiles)}
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()
-
-
-def _checksum(content: dict) -> str:
-    """SHA-256 of an entry's content: each tensor's dtype, shape and bytes, each list
-    as JSON, key by key."""
-    digest = hashlib.sha256()
-    for key in sorted(content):
-        value = content[key]
-        digest.update(key.encode())
-        if isinstance(value, torch.Tensor):
-            digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
-            digest.update(value.contiguous().numpy().reshape(-1).view("uint8"))
-        else:
-            digest.update(json.dumps(value).encode())
-    return digest.hexdigest()
 
 
 def _unpack(content: dict) -> list[Data]:
@@ -79,7 +64,7 @@ def _load(file: Path, key: str) -> Featurised | None:
     try:
         entry = torch.load(file, weights_only=True)
         content = entry["content"]
-        if entry["key"] != key or entry["checksum"] != _checksum(content):
+        if entry["key"] != key or entry["checksum"] != content_checksum(content):
             return None
         return _unpack(content), content["ok"].tolist(), list(content["messages"])
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError,
@@ -94,7 +79,7 @@ def _save(file: Path, key: str, result: Featurised, descriptor_dim: int) -> None
     try:
         # readers never see half a file; no fsync: an entry lost in a crash is recomputed
         with atomic_open(file, "wb", sync=False) as handle:
-            torch.save({"key": key, "checksum": _checksum(content), "content": content},
+            torch.save({"key": key, "checksum": content_checksum(content), "content": content},
                        handle)
     except OSError:
         pass  # a read-only or full cache folder: predictions go on without it

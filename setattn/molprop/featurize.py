@@ -54,7 +54,8 @@ from setattn.molprop.deadline import WORKER_ATOMS, in_worker, needs_worker, stop
 from setattn.molprop.distributed import world
 from setattn.molprop.limits import FEATURIZE_SECONDS, MAX_HEAVY_ATOMS
 
-__all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "featurize", "featurize_csv"]
+__all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "content_checksum", "featurize",
+           "featurize_csv"]
 
 
 FEATURIZER_VERSION = 4
@@ -234,7 +235,7 @@ def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_di
     return packed
 
 
-def _checksum(packed: dict) -> str:
+def content_checksum(packed: dict) -> str:
     """SHA-256 of a cache entry's content: every tensor's dtype, shape and bytes, and
     every list as JSON, key by key."""
     digest = hashlib.sha256()
@@ -264,7 +265,7 @@ def _load_cached(file: Path, settings: dict, digest: str) -> dict | None:
         return None
     content = {k: v for k, v in packed.items() if k not in _ENTRY_KEYS}
     try:
-        if packed.get("checksum") != _checksum(content):
+        if packed.get("checksum") != content_checksum(content):
             return None  # edited or damaged: featurise again
     except (TypeError, ValueError, AttributeError):
         return None
@@ -316,7 +317,7 @@ def featurize_csv(
                             encoding)
         if file is not None:
             entry = {**packed, "settings": settings, "sha256": digest,
-                     "checksum": _checksum(packed)}
+                     "checksum": content_checksum(packed)}
             with atomic_open(file, "wb") as handle:  # readers never see half a file
                 torch.save(entry, handle)
     failures = [(MoleculeSkippedError if skipped else InvalidSmilesError)(

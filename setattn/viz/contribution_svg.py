@@ -17,9 +17,8 @@ import numpy as np
 import torch
 from rdkit.Chem.Draw import rdMolDraw2D
 
-from setattn.domains.molecules import parse_smiles
 from setattn.viz.colours import contribution_colours
-from setattn.viz.molecules import draw_atom_discs
+from setattn.viz.molecules import contribution_discs, draw_atom_discs
 
 __all__ = ["contribution_svg"]
 
@@ -75,17 +74,9 @@ def contribution_svg(smiles: str, values: torch.Tensor | np.ndarray | Sequence[f
         InvalidSmilesError: if ``smiles`` does not parse.
         ValueError: if ``values`` do not match the atoms.
     """
-    mol = parse_smiles(smiles)
-    v = np.asarray(torch.as_tensor(values, dtype=torch.float64).detach().cpu())  # (N,)
-    if v.shape != (mol.GetNumAtoms(),):
-        raise ValueError(f"{smiles!r} has {mol.GetNumAtoms()} atoms but values have shape "
-                         f"{tuple(v.shape)}")
-    if limit is None:
-        limit = float(np.nanmax(np.abs(v - centre), initial=0.0)) or 1.0
-    form = "{:+.2f}" if centre == 0 else "{:.2f}"
-    texts = [("n/a" if np.isnan(x) else form.format(x)) for x in v] if notes else None
+    mol, colours, texts, limit = contribution_discs(smiles, values, centre, limit, notes)
     drawer = rdMolDraw2D.MolDraw2DSVG(*size)
-    draw_atom_discs(drawer, mol, contribution_colours(v, centre, limit), texts)
+    draw_atom_discs(drawer, mol, colours, texts)
     molecule = drawer.GetDrawingText()
     molecule = molecule[molecule.index("<svg"):]  # without the XML declaration
     lines = title.split("\n") if title else []

@@ -208,6 +208,23 @@ def draw_atom_contributions(
         ValueError: for an unknown suffix, or values that do not match the atoms.
     """
     path = _picture_path(path)
+    mol, colours, texts, limit = contribution_discs(smiles, values, centre, limit, notes)
+    png, _ = atom_disc_drawing(mol, colours, notes=texts)
+    return _with_colour_bar(png, path, title, unit, centre, limit)
+
+
+def contribution_discs(smiles: str, values: torch.Tensor | np.ndarray | Sequence[float],
+                       centre: float, limit: float | None, notes: bool
+                       ) -> tuple[Chem.Mol, list[tuple[float, float, float]],
+                                  list[str] | None, float]:
+    """What a contribution picture draws: the molecule, each atom's disc colour, its
+    printed value (or None without ``notes``) and the colour scale's half-width
+    (``limit``, or the largest distance of a value from ``centre``; 1 when all are equal).
+
+    Raises:
+        InvalidSmilesError: if ``smiles`` does not parse.
+        ValueError: if ``values`` (N,) do not match the N atoms.
+    """
     mol = parse_smiles(smiles)
     v = np.asarray(torch.as_tensor(values, dtype=torch.float64).detach().cpu())  # (N,)
     if v.shape != (mol.GetNumAtoms(),):
@@ -217,8 +234,7 @@ def draw_atom_contributions(
         limit = float(np.nanmax(np.abs(v - centre), initial=0.0)) or 1.0
     form = "{:+.2f}" if centre == 0 else "{:.2f}"
     texts = [("n/a" if np.isnan(x) else form.format(x)) for x in v] if notes else None
-    png, _ = atom_disc_drawing(mol, contribution_colours(v, centre, limit), notes=texts)
-    return _with_colour_bar(png, path, title, unit, centre, limit)
+    return mol, list(contribution_colours(v, centre, limit)), texts, limit
 
 
 def _with_colour_bar(png: bytes, path: Path, title: str, unit: str, centre: float,

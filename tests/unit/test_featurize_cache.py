@@ -15,7 +15,8 @@ from setattn.datasets import load_molecule_csv
 from setattn.domains.descriptors import descriptor_count
 from setattn.domains.molecules import rdkit_descriptors
 from setattn.molprop.batching import PackedMolecules, collate_molecules
-from setattn.molprop.featurize import _ENTRY_KEYS, _checksum, cache_dir, featurize_csv
+from setattn.molprop.featurize import _ENTRY_KEYS, cache_dir, featurize_csv
+from setattn.molprop.featurize import content_checksum as _checksum
 
 ROWS = ["CCO,1.5,0", "C1CC,2,1", ",,1", "c1ccccc1,,0", "CC(=O)[O-].[Na+],0.25,1",
         "C,3,0", "N#Cc1ccc(cc1)/C=C/Cl,-1,", "C[C@H](N)C(=O)O,0.5,1"]
