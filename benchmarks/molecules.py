@@ -84,8 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="cost rounds of the three tools in turn on the first seed's split")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules",
                    help="where the runs are saved")
-    p.add_argument("--record", type=Path, help="the record (default results/molecules.json; "
-                   "only written for the test part)")
+    p.add_argument("--record", type=Path, help="the record (default: results/molecules.json "
+                   "for the whole benchmark, <--out>/molecules.json for part of it; only "
+                   "written for the test part)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
     p.add_argument("--print-only", action="store_true",
                    help="train nothing: tables and record of the runs saved in --out")
@@ -329,6 +330,19 @@ def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) ->
                        summary(quality, cost), tables, args.threads, raw)
 
 
+def record_path(args: argparse.Namespace) -> Path | None:
+    """Where the record goes: ``--record``; else the maintained record (None) for the whole
+    benchmark only, and ``<--out>/molecules.json`` for a part of it (a set, a seed, no
+    anchors, other flags), which must not replace the current record."""
+    if args.record is not None:
+        return args.record
+    whole = (set(args.datasets) == set(SETS) and set(args.splits) == set(SPLIT_KINDS)
+             and sorted(args.seeds) == sorted(REPORT_SEEDS) and not args.skip_chemprop
+             and set(args.anchors) == set(ANCHORS) and not args.setattn_flags
+             and not args.chemprop_flags)
+    return None if whole else args.out / "molecules.json"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = settings_of(args)
@@ -348,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
           file=sys.stderr)
     record = build_record(records, load_rounds(args.out), args)
     if args.report == "test":
-        finish(record, args.record)
+        finish(record, record_path(args))
     else:  # choices on validation parts are no result: printed, not recorded
         print(markdown_table(record["tables"][0]))
 

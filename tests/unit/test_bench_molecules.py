@@ -187,3 +187,15 @@ def test_setattn_featurises_with_the_tools_thread_count(bench, monkeypatch, tmp_
     with pytest.raises(RuntimeError, match="stop before training"):
         jobs._run_setattn(job, tmp_path / "run", settings)
     assert seen == {"threads": 1, "SETATTN_CACHE_DIR": "off", "SETATTN_FEATURIZE_WORKERS": "1"}
+
+
+def test_only_the_whole_benchmark_writes_the_maintained_record(bench, tmp_path):
+    bench = bench[1]
+    whole = bench.parse_args(["--out", str(tmp_path)])
+    assert bench.record_path(whole) is None  # benchmarks/results/molecules.json
+    for part in (["--datasets", "freesolv"], ["--seeds", "10"], ["--skip-chemprop"],
+                 ["--splits", "random"], ["--setattn-flags", "--layers 2"]):
+        args = bench.parse_args(["--out", str(tmp_path), *part])
+        assert bench.record_path(args) == tmp_path / "molecules.json", part
+    chosen = bench.parse_args(["--seeds", "10", "--record", str(tmp_path / "r.json")])
+    assert bench.record_path(chosen) == tmp_path / "r.json"
