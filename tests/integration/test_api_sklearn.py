@@ -123,8 +123,11 @@ def test_params_clone_and_set_params():
     assert not hasattr(model, "models_") and model.models == [] and model.metrics is None
 
 
-def test_grid_search_on_120_molecules(freesolv):
+def test_grid_search_on_120_molecules(freesolv, tmp_path, monkeypatch):
     smiles, y = freesolv
+    # temporary runs in a folder of this test's own: other tests' runs come and go in the
+    # shared temporary folder while this one runs
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = set(Path(tempfile.gettempdir()).glob("setattn-*"))
     search = GridSearchCV(MoleculePredictor(**FAST), {"hidden": [32, 64]}, cv=3)
     search.fit(smiles, y)

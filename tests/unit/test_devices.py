@@ -68,7 +68,7 @@ ALLOWED = {  # (file, function) -> why a factory call there has no device=
     ("topology.py", "_long"): LISTS,
     ("topology.py", "edges"): LISTS,
     ("viz/molecules.py", "draw_atom_weights"): "drawing: the weights go to the CPU anyway",
-    ("viz/molecules.py", "draw_atom_contributions"): "drawing: the values go to the CPU anyway",
+    ("viz/molecules.py", "contribution_discs"): "drawing: the values go to the CPU anyway",
 }
 
 
