@@ -4,7 +4,7 @@ Shape letters used throughout: N items (nodes), E edges, G graphs (sets), H head
 D features (Dk for queries/keys, Dv for values), L padded set length.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from setattn import nn, scores, topology
 from setattn.capture import capture
