@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-__all__ = ["PackedMolecules", "batches", "collate_molecules", "pack", "stacked_targets"]
+__all__ = ["PackedMolecules", "batches", "collate_molecules", "pack", "stacked_targets",
+           "unpack"]
 
 
 def pack(data: list[Data], descriptor_dim: int) -> dict:
@@ -43,6 +44,20 @@ def pack(data: list[Data], descriptor_dim: int) -> dict:
         packed["descriptors"] = torch.cat([d.descriptors for d in data]) if data \
             else torch.zeros(0, descriptor_dim, device=device)  # (M, F_desc)
     return packed
+
+
+def unpack(packed: dict) -> list[Data]:
+    """The molecules of ``pack``'s dict, in order; their tensors are views into it."""
+    nodes, edges = packed["node_ptr"].tolist(), packed["edge_ptr"].tolist()
+    out = []
+    for m, smiles in enumerate(packed["smiles"]):
+        d = Data(x=packed["x"][nodes[m]:nodes[m + 1]], smiles=smiles,
+                 edge_index=packed["edge_index"][:, edges[m]:edges[m + 1]],
+                 edge_attr=packed["edge_attr"][edges[m]:edges[m + 1]])
+        if "descriptors" in packed:
+            d.descriptors = packed["descriptors"][m:m + 1]  # (1, F_desc)
+        out.append(d)
+    return out
 
 
 def collate_molecules(data: Sequence[Data]) -> Batch:

@@ -24,7 +24,7 @@ from rdkit import rdBase
 from torch_geometric.data import Data
 
 from setattn.files import atomic_open
-from setattn.molprop.batching import pack
+from setattn.molprop.batching import pack, unpack
 from setattn.molprop.featurize import FEATURIZER_VERSION, cache_dir, content_checksum
 from setattn.molprop.limits import FEATURIZE_SECONDS
 
@@ -45,20 +45,6 @@ def _key(smiles: Sequence[str], descriptor_dim: int, max_heavy_atoms: int) -> st
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()
 
 
-def _unpack(content: dict) -> list[Data]:
-    """The molecules of ``batching.pack``'s dict; tensors are views into it."""
-    nodes, edges = content["node_ptr"].tolist(), content["edge_ptr"].tolist()
-    out = []
-    for m, smiles in enumerate(content["smiles"]):
-        d = Data(x=content["x"][nodes[m]:nodes[m + 1]], smiles=smiles,
-                 edge_index=content["edge_index"][:, edges[m]:edges[m + 1]],
-                 edge_attr=content["edge_attr"][edges[m]:edges[m + 1]])
-        if "descriptors" in content:
-            d.descriptors = content["descriptors"][m:m + 1]  # (1, F_desc)
-        out.append(d)
-    return out
-
-
 def _load(file: Path, key: str) -> Featurised | None:
     """The entry in ``file`` if it is readable, has ``key`` and matches its checksum."""
     try:
@@ -66,7 +52,7 @@ def _load(file: Path, key: str) -> Featurised | None:
         content = entry["content"]
         if entry["key"] != key or entry["checksum"] != content_checksum(content):
             return None
-        return _unpack(content), content["ok"].tolist(), list(content["messages"])
+        return unpack(content), content["ok"].tolist(), list(content["messages"])
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError,
             AttributeError, IndexError, pickle.UnpicklingError):
         return None  # missing, damaged or not ours: featurise again

@@ -49,7 +49,7 @@ from setattn.domains.molecules import (
     mol_to_data,
 )
 from setattn.files import atomic_open
-from setattn.molprop.batching import pack
+from setattn.molprop.batching import pack, unpack
 from setattn.molprop.deadline import WORKER_ATOMS, in_worker, needs_worker, stop_pool
 from setattn.molprop.distributed import world
 from setattn.molprop.limits import FEATURIZE_SECONDS, MAX_HEAVY_ATOMS
@@ -154,18 +154,10 @@ def _cache_file(path: Path, settings: dict) -> Path | None:
 
 def _unpack(packed: dict) -> list[Data]:
     """Inverse of ``_pack`` plus the ``y`` and ``row`` columns; tensors are views."""
-    nodes, edges = packed["node_ptr"].tolist(), packed["edge_ptr"].tolist()
-    rows = packed["row"].tolist()
-    out = []
-    for m, smiles in enumerate(packed["smiles"]):
-        d = Data(x=packed["x"][nodes[m]:nodes[m + 1]], smiles=smiles,
-                 edge_index=packed["edge_index"][:, edges[m]:edges[m + 1]],
-                 edge_attr=packed["edge_attr"][edges[m]:edges[m + 1]])
-        if "descriptors" in packed:
-            d.descriptors = packed["descriptors"][m:m + 1]  # (1, F_desc)
+    out = unpack(packed)
+    for m, (d, row) in enumerate(zip(out, packed["row"].tolist())):
         d.y = packed["y"][m:m + 1]  # (1, T)
-        d.row = rows[m]
-        out.append(d)
+        d.row = row
     return out
 
 

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from molecule_runs import freesolv_slice, read_csv
+from molecule_runs import (
+    freesolv_slice,
+    keep_threads,  # noqa: F401 (the fixture pytestmark uses)
+    read_csv,
+)
 from rdkit import Chem
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
@@ -63,12 +66,7 @@ NOT_APPLICABLE = {
 }
 """Each of scikit-learn's checks that cannot apply, and why."""
 
-
-@pytest.fixture(autouse=True)
-def _keep_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 @pytest.fixture(scope="module")
