@@ -23,7 +23,7 @@ import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem import rdMolDescriptors, rdPartialCharges
 
-from setattn.domains.descriptors import descriptor_functions
+from setattn.domains.descriptors import set_functions
 
 __all__ = ["additive_descriptors", "descriptor_shares"]
 
@@ -157,13 +157,15 @@ def _pattern(fn: Callable) -> Chem.Mol | None:
     return next((d for d in defaults if isinstance(d, Chem.Mol)), None)
 
 
-def descriptor_shares(mol: Chem.Mol, values: np.ndarray) -> tuple[np.ndarray, list[bool]]:
+def descriptor_shares(mol: Chem.Mol, values: np.ndarray, kind: str = "rdkit"
+                      ) -> tuple[np.ndarray, list[bool]]:
     """Each descriptor's value split over the atoms of ``mol``.
 
     Args:
         mol: the molecule the descriptors were computed from; a copy gets the ring
             information ``mol_descriptors`` gives it (``Chem.FastFindRings``).
         values: (F_desc,) the descriptors as the model sees them (``mol_descriptors``).
+        kind: the descriptor set of ``values`` ("fast" or "rdkit").
 
     Returns:
         shares (N, F_desc) whose column k sums to ``values[k]``, and F_desc flags saying
@@ -174,7 +176,7 @@ def descriptor_shares(mol: Chem.Mol, values: np.ndarray) -> tuple[np.ndarray, li
         mol = Chem.Mol(mol)
         Chem.FastFindRings(mol)  # the rings mol_descriptors counts
         splits = _splits(mol)
-        functions = descriptor_functions()
+        functions = set_functions(kind)
         shares = np.tile(np.asarray(values, dtype=np.float64) / n, (n, 1))  # (N, F) even
         additive = [False] * len(functions)
         for k, (name, fn) in enumerate(functions):
@@ -190,7 +192,8 @@ def descriptor_shares(mol: Chem.Mol, values: np.ndarray) -> tuple[np.ndarray, li
     return shares, additive
 
 
-def additive_descriptors(mol: Chem.Mol, values: np.ndarray) -> list[str]:
+def additive_descriptors(mol: Chem.Mol, values: np.ndarray, kind: str = "rdkit"
+                         ) -> list[str]:
     """Names of the descriptors ``descriptor_shares`` splits over atoms for ``mol``."""
-    _, additive = descriptor_shares(mol, values)
-    return [name for (name, _), a in zip(descriptor_functions(), additive) if a]
+    _, additive = descriptor_shares(mol, values, kind)
+    return [name for (name, _), a in zip(set_functions(kind), additive) if a]

@@ -1,8 +1,11 @@
 """RDKit 2D descriptors of a molecule: one (1, F_desc) row of whole-molecule numbers.
 
 The molecule model appends them to its readout and fits its kernel ridge on them.
-``mol_to_data(smiles, descriptors=True)`` computes them from the same parsed molecule
-as the atom graph, so a SMILES is parsed once.
+``mol_to_data(smiles, descriptors=kind)`` computes them from the same parsed molecule
+as the atom graph, so a SMILES is parsed once. Two sets (``DESCRIPTOR_SETS``):
+``rdkit``, RDKit's 2D descriptors (``descriptor_functions``), and ``fast``, those of
+them that cost little per molecule (``descriptor_lean``). A model records only its
+width F_desc; ``descriptor_set`` tells the set back from it.
 """
 
 from __future__ import annotations
@@ -25,11 +28,15 @@ from setattn.domains.descriptor_fast import (
     morgan_densities,
     peoe_vsa,
 )
+from setattn.domains.descriptor_lean import is_lean, lean_functions
 
 # Left out: the slowest to compute (QED, SPS, the BCUT2D set); Ipc also overflows float32
 # on large molecules. AvgIpc (kept: the models use it) grows as N^4 with N heavy
 # atoms (its characteristic polynomial); mol_to_data's size limit bounds it.
 _SLOW_DESCRIPTORS = ("qed", "SPS", "Ipc", "BCUT2D_")
+
+DESCRIPTOR_SETS = ("fast", "rdkit")
+"""The descriptor sets, from the smallest."""
 
 
 class DescriptorTimeout(TimeoutError):
@@ -65,9 +72,41 @@ def descriptor_functions() -> tuple[tuple[str, Any], ...]:
                  if not name.startswith(_SLOW_DESCRIPTORS))
 
 
-def descriptor_count() -> int:
-    """F_desc of ``mol_descriptors`` with the installed RDKit."""
-    return len(descriptor_functions())
+@functools.cache
+def set_functions(kind: str = "rdkit") -> tuple[tuple[str, Any], ...]:
+    """(name, RDKit function) of the descriptor set ``kind``, in a fixed order.
+
+    Raises:
+        ValueError: for a set not in ``DESCRIPTOR_SETS``.
+    """
+    if kind not in DESCRIPTOR_SETS:
+        raise ValueError(f"descriptor set must be one of {DESCRIPTOR_SETS}, got {kind!r}")
+    functions = descriptor_functions()
+    return functions if kind == "rdkit" else tuple(f for f in functions if is_lean(f[0]))
+
+
+def descriptor_count(kind: str = "rdkit") -> int:
+    """F_desc of ``mol_descriptors(..., kind=kind)`` with the installed RDKit."""
+    return len(set_functions(kind))
+
+
+def descriptor_set(dim: int) -> str | None:
+    """The descriptor set a model of descriptor width ``dim`` was trained with (None
+    for 0).
+
+    Raises:
+        ValueError: if no set of the installed RDKit has ``dim`` descriptors (a model
+            from another RDKit version).
+    """
+    if not dim:
+        return None
+    for kind in DESCRIPTOR_SETS:
+        if descriptor_count(kind) == dim:
+            return kind
+    counts = ", ".join(f"{k} {descriptor_count(k)}" for k in DESCRIPTOR_SETS)
+    raise ValueError(f"the model expects {dim} descriptors but this RDKit "
+                     f"({rdBase.rdkitVersion}) computes {counts}; retrain with this "
+                     "RDKit version")
 
 
 def _once(fn: Callable[[Chem.Mol], Any]) -> Callable[[Chem.Mol], Any]:
@@ -106,11 +145,27 @@ def _fast_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     return fast
 
 
-def mol_descriptors(mol: Chem.Mol, deadline: float | None = None) -> Tensor:
-    """RDKit's 2D descriptors of ``mol``, (1, F_desc) float32.
+def _find_rings(mol: Chem.Mol, kind: str) -> None:
+    """Complete the ring information of ``mol`` where it has none (fragments cut out of
+    a larger molecule). The ``rdkit`` set runs ``Chem.FastFindRings`` (its values were
+    fixed with it: RDKit's slower functions perceive the SSSR again before the ring
+    counts); the ``fast`` set perceives the SSSR itself, as parsing a SMILES does."""
+    if kind == "rdkit":
+        Chem.FastFindRings(mol)
+        return
+    try:
+        mol.GetRingInfo().NumRings()
+    except RuntimeError:  # not initialised
+        Chem.GetSymmSSSR(mol)
 
-    The values of RDKit's functions (``descriptor_functions``); the slowest of them are
-    computed from intermediate results shared between descriptors (``_fast_functions``).
+
+def mol_descriptors(mol: Chem.Mol, deadline: float | None = None, kind: str = "rdkit"
+                    ) -> Tensor:
+    """RDKit's 2D descriptors of ``mol`` in the set ``kind``, (1, F_desc) float32.
+
+    The values of RDKit's functions (``set_functions``); the slowest of them are
+    computed from intermediate results shared between descriptors
+    (``_fast_functions``; ``descriptor_lean.lean_functions`` for the ``fast`` set).
 
     Args:
         mol: a sanitised molecule (one fragment, as the model sees it). Its ring
@@ -119,6 +174,7 @@ def mol_descriptors(mol: Chem.Mol, deadline: float | None = None) -> Tensor:
         deadline: a ``time.perf_counter()`` value; past it, ``DescriptorTimeout`` is
             raised after the descriptor in progress (one slow call still runs to its
             end: the size limit of ``mol_to_data`` is what bounds a single call).
+        kind: the descriptor set, one of ``DESCRIPTOR_SETS``.
 
     Returns:
         (1, F_desc) values; non-finite values, values beyond float32, and descriptors
@@ -126,12 +182,15 @@ def mol_descriptors(mol: Chem.Mol, deadline: float | None = None) -> Tensor:
 
     Raises:
         DescriptorTimeout: past ``deadline``.
+        ValueError: for an unknown ``kind``.
     """
+    functions = set_functions(kind)
+    shared = _fast_functions if kind == "rdkit" else lean_functions
     values = []
     with rdBase.BlockLogs():
-        Chem.FastFindRings(mol)
-        fast = _fast_functions(mol) if mol.GetNumAtoms() else {}
-        for name, fn in descriptor_functions():
+        _find_rings(mol, kind)
+        fast = shared(mol) if mol.GetNumAtoms() else {}
+        for name, fn in functions:
             values.append(_descriptor_value(fast.get(name, fn), mol))
             if deadline is not None and time.perf_counter() > deadline:
                 raise DescriptorTimeout(name)

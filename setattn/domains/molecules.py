@@ -419,7 +419,7 @@ def mol_to_data(
     *,
     graph: Literal["bonds", "complete"] = "bonds",
     largest_fragment: bool = True,
-    descriptors: bool = False,
+    descriptors: bool | str | None = False,
     row: int | None = None,
     source: str | None = None,
     max_heavy_atoms: int | None = None,
@@ -435,7 +435,8 @@ def mol_to_data(
         largest_fragment: keep only the largest fragment (drops counter-ions of
             salts and solvent molecules).
         descriptors: also compute the RDKit 2D descriptors of the molecule
-            (``setattn.domains.descriptors``) from the same parse, as ``descriptors``.
+            (``setattn.domains.descriptors``) from the same parse, as ``descriptors``:
+            a set's name ("fast" or "rdkit"), True for "rdkit"; False or None: none.
         row: the file row the molecule came from, carried into errors.
         source: the file name it came from, carried into errors.
         max_heavy_atoms: refuse molecules (the kept fragment) with more heavy atoms.
@@ -475,7 +476,8 @@ def mol_to_data(
     if descriptors:  # last: it completes the ring information of ``mol`` in place
         deadline = None if time_budget is None else start + time_budget
         try:
-            data.descriptors = mol_descriptors(mol, deadline)  # (1, F_desc)
+            kind = "rdkit" if descriptors is True else descriptors
+            data.descriptors = mol_descriptors(mol, deadline, kind)  # (1, F_desc)
         except DescriptorTimeout as err:
             raise MoleculeSkippedError(
                 smiles, f"featurisation took over {time_budget:g} s, the time budget per "
@@ -484,10 +486,11 @@ def mol_to_data(
     return data
 
 
-def rdkit_descriptors(smiles: str) -> torch.Tensor:
-    """RDKit 2D descriptors of a SMILES's largest fragment, (1, F_desc) float32.
+def rdkit_descriptors(smiles: str, kind: str = "rdkit") -> torch.Tensor:
+    """RDKit 2D descriptors of a SMILES's largest fragment in the set ``kind`` ("fast" or
+    "rdkit"), (1, F_desc) float32.
 
     Raises:
         InvalidSmilesError: for an empty or unparsable SMILES.
     """
-    return mol_descriptors(keep_largest_fragment(parse_smiles(smiles)))
+    return mol_descriptors(keep_largest_fragment(parse_smiles(smiles)), kind=kind)

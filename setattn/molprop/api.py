@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from setattn.domains.descriptors import descriptor_set
 from setattn.files import atomic_open, write_json
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig
@@ -357,7 +358,7 @@ class MoleculePredictor(EstimatorConventions):
         path = Path(directory)
         models, meta = load_run(path, resolve_device(device), name="directory")
         options: dict[str, Any] = {"target_columns": meta["target_columns"]}
-        descriptors = "rdkit" if models[0].config.descriptor_dim else "none"
+        descriptors = descriptor_set(models[0].config.descriptor_dim) or "none"
         if path.is_dir():
             config_path = path / "config.json"
             run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))

@@ -40,6 +40,7 @@ from torch.nn import functional as F
 from torch_geometric.data import Batch, Data
 
 from setattn.domains.descriptor_atoms import descriptor_shares
+from setattn.domains.descriptors import descriptor_set
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data, parse_smiles
 from setattn.explain import (
     Attribution,
@@ -139,7 +140,7 @@ def dummy_atom(mol: Chem.Mol, i: int) -> Chem.Mol:
     return out
 
 
-def _variant(mol: Chem.Mol, i: int, descriptors: bool) -> Data | None:
+def _variant(mol: Chem.Mol, i: int, descriptors: str | None) -> Data | None:
     """The model's input for ``mol`` with atom i occluded (None if RDKit refuses it)."""
     try:
         return mol_to_data(dummy_atom(mol, i), largest_fragment=False, descriptors=descriptors)
@@ -198,17 +199,18 @@ def _attention(models: list[MoleculeModel], data: Data, target: int) -> Attribut
 def _attribute(models: list[MoleculeModel], mol: Chem.Mol, data: Data, method: str,
                target: int) -> Attribution:
     forward = _output_of(models)
-    uses_descriptors = bool(models[0].config.descriptor_dim)
+    kind = descriptor_set(models[0].config.descriptor_dim)
+    uses_descriptors = kind is not None
     if method == "occlusion":
         with rdBase.BlockLogs():
-            variants = [_variant(mol, i, uses_descriptors) for i in range(mol.GetNumAtoms())]
+            variants = [_variant(mol, i, kind) for i in range(mol.GetNumAtoms())]
         return occlusion(forward, data, variants, target,
                          note="prediction minus the prediction with the atom replaced by a "
                          "dummy atom (*, no hydrogens), re-featurised with its descriptors")
     if method == "integrated-gradients":
         shares = ()
         if uses_descriptors:
-            split, _ = descriptor_shares(mol, data.descriptors[0].double().numpy())
+            split, _ = descriptor_shares(mol, data.descriptors[0].double().numpy(), kind)
             shares = (torch.from_numpy(split).float(),)
         return integrated_gradients(
             forward, data, target, graph_inputs=("descriptors",) if uses_descriptors else (),

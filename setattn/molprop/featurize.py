@@ -43,6 +43,7 @@ from torch_geometric.data import Data
 from setattn.datasets.files import PathLike, as_list, existing_file, file_sha256
 from setattn.datasets.molecules import MoleculeNote, MoleculeSet, read_molecule_table
 from setattn.domains.atom_notes import molecule_note
+from setattn.domains.descriptors import descriptor_set
 from setattn.domains.molecules import (
     InvalidSmilesError,
     MoleculeSkippedError,
@@ -98,8 +99,10 @@ def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
             (a subclass) for a molecule above the size limit or the time budget.
         ValueError: if this RDKit computes another number of descriptors than the model's.
     """
+    kind = descriptor_set(descriptor_dim)
+
     def work() -> Data:
-        return mol_to_data(smiles, descriptors=bool(descriptor_dim), row=row, source=source,
+        return mol_to_data(smiles, descriptors=kind, row=row, source=source,
                            max_heavy_atoms=max_heavy_atoms, time_budget=time_budget)
 
     # RDKit's descriptors of a large molecule cannot be interrupted: run them in a

@@ -3,7 +3,7 @@ keywords of ``MoleculePredictor``.
 
 An option is a flag field of ``RunConfig``, ``TrainConfig`` or ``MoleculeModelConfig``
 (made with ``option``), named like the field (``batch_size``; the flag is
-``--batch-size``), plus ``descriptors`` ("rdkit" or "none"), which sets the model's
+``--batch-size``), plus ``descriptors`` ("fast", "rdkit" or "none"), which sets the model's
 descriptor width.
 """
 
@@ -26,8 +26,9 @@ DEFAULT_DESCRIPTORS = "rdkit"
 """Descriptor set unless ``descriptors`` says otherwise (how it was chosen:
 ``docs/guide/defaults.rst``)."""
 
-DESCRIPTORS = ("rdkit", "none")
-"""The descriptor sets: RDKit's 2D descriptors, or none."""
+DESCRIPTORS = ("fast", "rdkit", "none")
+"""The descriptor sets: RDKit's 2D descriptors that cost little per molecule, all of
+RDKit's 2D descriptors (``setattn.domains.descriptors``), or none."""
 
 
 def run_flags() -> list[tuple[str, Field]]:
@@ -56,8 +57,8 @@ def descriptor_dim(descriptors: str | None) -> int:
     """
     descriptors = DEFAULT_DESCRIPTORS if descriptors is None else descriptors
     if descriptors not in DESCRIPTORS:
-        raise SettingError("descriptors", f"must be rdkit or none, got {descriptors!r}")
-    return descriptor_count() if descriptors == "rdkit" else 0
+        raise SettingError("descriptors", f"must be fast, rdkit or none, got {descriptors!r}")
+    return 0 if descriptors == "none" else descriptor_count(descriptors)
 
 
 _KINDS = {"int": (Integral, int), "float": (Real, float), "str": (str, str),

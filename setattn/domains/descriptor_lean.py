@@ -1,0 +1,108 @@
+"""The ``fast`` descriptor set: the RDKit 2D descriptors that cost little per molecule.
+
+RDKit's full 2D set (``descriptors.descriptor_functions``, the ``rdkit`` set) spends most
+of its time in a few families: the 85 ``fr_*`` substructure counts (one SMARTS search
+each), the topological indices built from paths and polynomials (``AvgIpc``,
+``BalabanJ``, ``BertzCT``, ``Chi2``-``Chi4``, ``Kappa2``, ``Kappa3``, ``Phi``), the
+Morgan fingerprint densities and three SMARTS-based counts (rotatable bonds, RDKit's
+H-bond acceptors, bridgehead atoms). ``LEFT_OUT`` names them; the ``fast`` set is every
+other descriptor of the ``rdkit`` set, in the same order.
+
+The kept descriptors come from a few intermediate results computed once per molecule:
+the Crippen contributions of the molecule with explicit hydrogens (``MolLogP``,
+``MolMR``, ``SlogP_VSA*``, ``SMR_VSA*``), Labute's surface contributions, Gasteiger
+charges (the partial-charge extremes, ``PEOE_VSA*``) and the EState indices
+(``descriptor_fast``). They equal RDKit's functions up to floating-point summation
+order (``tests/unit/test_descriptor_lean.py``); the remaining descriptors are RDKit's
+own C++ counts.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from rdkit import Chem
+from rdkit.Chem import rdMolDescriptors, rdPartialCharges
+
+from setattn.domains.descriptor_fast import atom_terms, chi0_chi1, estate_indices
+
+__all__ = ["LEFT_OUT", "is_lean", "lean_functions"]
+
+LEFT_OUT = ("fr_", "AvgIpc", "BalabanJ", "BertzCT", "Chi2", "Chi3", "Chi4", "Kappa2",
+            "Kappa3", "Phi", "FpDensityMorgan", "NumRotatableBonds", "NumHAcceptors",
+            "NumBridgeheadAtoms")
+"""Name prefixes of the ``rdkit`` descriptors the ``fast`` set leaves out."""
+
+# RDKit's MolSurf.logpBins, MolSurf.mrBins and MolSurf.chgBins (bin edges)
+_LOGP_BINS = (-0.4, -0.2, 0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
+_MR_BINS = (1.29, 1.82, 2.24, 2.45, 2.75, 3.05, 3.63, 3.8, 4.0)
+_CHARGE_BINS = (-.3, -.25, -.20, -.15, -.10, -.05, 0, .05, .10, .15, .20, .25, .30)
+
+
+def is_lean(name: str) -> bool:
+    """Whether the ``rdkit`` descriptor ``name`` is in the ``fast`` set."""
+    return not name.startswith(LEFT_OUT)
+
+
+def _binned(values: Any, areas: Any, bins: tuple[float, ...]) -> np.ndarray:
+    """(B + 1,) surface area summed by the bin each atom's value falls in (RDKit's
+    rule: bin i holds bins[i - 1] <= value < bins[i])."""
+    out = np.zeros(len(bins) + 1, dtype=np.float64)
+    for value, area in zip(values, areas):
+        out[bisect.bisect_right(bins, value)] += area
+    return out
+
+
+def _charges(mol: Chem.Mol) -> list[float]:
+    """(N,) Gasteiger charges, as RDKit's ``MaxPartialCharge`` computes them."""
+    rdPartialCharges.ComputeGasteigerCharges(mol)
+    return [mol.GetAtomWithIdx(i).GetDoubleProp("_GasteigerCharge")
+            for i in range(mol.GetNumAtoms())]
+
+
+def _extremes(charges: list[float]) -> tuple[float, float]:
+    """(min, max) of the charges, RDKit's ``_ChargeDescriptors`` loop (NaN-safe alike)."""
+    low, high = 500.0, -500.0
+    for charge in charges:
+        low, high = min(charge, low), max(charge, high)
+    return low, high
+
+
+def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
+    """Replacements for the ``fast`` set's shared-work descriptors of ``mol``, by name.
+
+    Computes the Crippen, Labute, Gasteiger and EState intermediates once; the
+    returned functions only read them. Sets ``mol._eStateIndices`` (RDKit's cache,
+    read by its ``EState_VSA`` and ``VSA_EState`` functions).
+    """
+    n = mol.GetNumAtoms()
+    crippen = np.array(rdMolDescriptors._CalcCrippenContribs(Chem.AddHs(mol)))  # (N + H, 2)
+    heavy = crippen[:n]  # (N, 2): a heavy atom's contribution is the same with or without Hs
+    areas, _ = rdMolDescriptors._CalcLabuteASAContribs(mol)
+    slogp, smr = _binned(heavy[:, 0], areas, _LOGP_BINS), _binned(heavy[:, 1], areas, _MR_BINS)
+    charges = _charges(mol)
+    low, high = _extremes(charges)
+    peoe = _binned(charges, areas, _CHARGE_BINS)
+    intrinsic, valence, radicals, degrees = atom_terms(mol)
+    chi0, chi1 = chi0_chi1(mol, degrees)
+    estate = estate_indices(mol, intrinsic)  # (N,)
+    mol._eStateIndices = estate
+    magnitudes = np.abs(estate)  # (N,)
+    logp, mr = float(crippen[:, 0].sum()), float(crippen[:, 1].sum())
+    fast: dict[str, Callable[[Chem.Mol], Any]] = {
+        "MolLogP": lambda m: logp, "MolMR": lambda m: mr,
+        "MaxPartialCharge": lambda m: high, "MinPartialCharge": lambda m: low,
+        "MaxAbsPartialCharge": lambda m: max(abs(low), abs(high)),
+        "MinAbsPartialCharge": lambda m: min(abs(low), abs(high)),
+        "MaxAbsEStateIndex": lambda m: magnitudes.max(), "MaxEStateIndex": lambda m: estate.max(),
+        "MinAbsEStateIndex": lambda m: magnitudes.min(), "MinEStateIndex": lambda m: estate.min(),
+        "NumValenceElectrons": lambda m: valence, "NumRadicalElectrons": lambda m: radicals,
+        "Chi0": lambda m: chi0, "Chi1": lambda m: chi1,
+    }
+    fast.update({f"SlogP_VSA{b + 1}": (lambda m, b=b: slogp[b]) for b in range(len(slogp))})
+    fast.update({f"SMR_VSA{b + 1}": (lambda m, b=b: smr[b]) for b in range(len(smr))})
+    fast.update({f"PEOE_VSA{b + 1}": (lambda m, b=b: peoe[b]) for b in range(len(peoe))})
+    return fast
