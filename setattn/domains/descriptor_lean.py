@@ -19,7 +19,6 @@ own C++ counts.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from typing import Any
 
@@ -49,11 +48,11 @@ def is_lean(name: str) -> bool:
 
 def _binned(values: Any, areas: Any, bins: tuple[float, ...]) -> np.ndarray:
     """(B + 1,) surface area summed by the bin each atom's value falls in (RDKit's
-    rule: bin i holds bins[i - 1] <= value < bins[i])."""
-    out = np.zeros(len(bins) + 1, dtype=np.float64)
-    for value, area in zip(values, areas):
-        out[bisect.bisect_right(bins, value)] += area
-    return out
+    rule, ``bisect.bisect_right``: bin i holds bins[i - 1] <= value < bins[i]; NaN goes
+    to the last bin). ``np.bincount`` adds the areas in atom order, as RDKit does."""
+    index = np.searchsorted(bins, np.asarray(values, dtype=np.float64), side="right")  # (N,)
+    return np.bincount(index, weights=np.asarray(areas, dtype=np.float64),
+                       minlength=len(bins) + 1)  # (B + 1,)
 
 
 def _charges(mol: Chem.Mol) -> list[float]:

@@ -1,0 +1,113 @@
+"""The ``fast`` descriptor set: RDKit's values, a fixed subset, and a width that names it.
+
+The reference is RDKit's own descriptor functions called on a freshly parsed molecule
+(the ring information a SMILES parse gives), so the shared intermediates of
+``descriptor_lean`` must give what RDKit gives, not only what the ``rdkit`` set gives.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+from rdkit import Chem, rdBase
+
+from setattn.datasets import DATASETS_DIR
+from setattn.domains.descriptor_atoms import additive_descriptors, descriptor_shares
+from setattn.domains.descriptor_lean import LEFT_OUT, is_lean
+from setattn.domains.descriptors import (
+    DESCRIPTOR_SETS,
+    descriptor_count,
+    descriptor_set,
+    mol_descriptors,
+    set_functions,
+)
+from setattn.domains.molecules import mol_to_data
+from setattn.molprop.featurize import featurize
+from setattn.molprop.options import SettingError
+from setattn.molprop.settings import descriptor_dim
+
+EDGE_CASES = ["C", "[Na+]", "[CH2]C", "C#N", "[O-][N+](=O)c1ccccc1", "C1CC2CCC1C2",
+              "c1ccc2c(c1)[nH]c1ccccc12", "FC(F)(F)S(=O)(=O)[O-]", "P(=O)(O)(O)OCC#CI",
+              "[Se]=C=[Se]", "C[C@H](N)C(=O)O", "B1OC(C)(C)C(C)(C)O1"]
+
+
+def bundled(step: int) -> list[str]:
+    """Every ``step``-th single-fragment SMILES of three bundled sets."""
+    out = []
+    for name in ("bace1_chembl", "freesolv", "tox21"):
+        with open(DATASETS_DIR / "molecules" / f"{name}.csv", newline="") as handle:
+            out += [row["smiles"] for row in csv.DictReader(handle)][::step]
+    return [s for s in out if "." not in s]
+
+
+def rdkit_fresh(smiles: str) -> np.ndarray:
+    """(F_fast,) RDKit's functions of the fast set on a fresh parse, cleaned as
+    ``mol_descriptors`` cleans them (float32; non-finite and huge values 0)."""
+    values = []
+    with rdBase.BlockLogs():
+        for _, fn in set_functions("fast"):
+            try:
+                values.append(float(fn(Chem.MolFromSmiles(smiles))))
+            except (RuntimeError, ValueError, ZeroDivisionError, OverflowError):
+                values.append(float("nan"))
+    row = np.array(values)
+    row = np.nan_to_num(np.where(np.abs(row) < 1e30, row, 0.0))
+    return row.astype(np.float32).astype(np.float64)
+
+
+def test_the_fast_set_is_the_rdkit_set_less_the_slow_families():
+    full = [name for name, _ in set_functions("rdkit")]
+    fast = [name for name, _ in set_functions("fast")]
+    assert fast == [name for name in full if not name.startswith(LEFT_OUT)]
+    assert len(fast) < len(full) and all(is_lean(name) for name in fast)
+    assert {"MolLogP", "TPSA", "SlogP_VSA1", "PEOE_VSA14", "MaxEStateIndex"} <= set(fast)
+    assert not any(name.startswith("fr_") for name in fast)
+
+
+def test_fast_values_equal_rdkit_on_bundled_molecules():
+    for text in bundled(50) + EDGE_CASES:
+        ours = mol_descriptors(Chem.MolFromSmiles(text), kind="fast")[0].double().numpy()
+        ref = rdkit_fresh(text)
+        np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=1e-5, err_msg=text)
+
+
+def test_a_fragment_without_ring_information_gets_rdkit_ring_counts():
+    whole = Chem.MolFromSmiles("C1CCOC1.c1ccccc1CC1CC1")
+    fragment = Chem.GetMolFrags(whole, asMols=True, sanitizeFrags=False)[1]
+    ours = mol_descriptors(fragment, kind="fast")[0].double().numpy()
+    np.testing.assert_allclose(ours, rdkit_fresh("c1ccccc1CC1CC1"), rtol=2e-6, atol=1e-5)
+
+
+def test_a_width_names_its_set_and_an_unknown_width_says_retrain():
+    for kind in DESCRIPTOR_SETS:
+        assert descriptor_set(descriptor_count(kind)) == kind
+        assert descriptor_dim(kind) == descriptor_count(kind)
+    assert descriptor_set(0) is None and descriptor_dim("none") == 0
+    with pytest.raises(ValueError, match="retrain with this RDKit"):
+        descriptor_set(descriptor_count("rdkit") + 1)
+    with pytest.raises(SettingError, match="fast, rdkit or none"):
+        descriptor_dim("all")
+    with pytest.raises(ValueError, match="descriptor set must be one of"):
+        mol_descriptors(Chem.MolFromSmiles("CCO"), kind="all")
+
+
+def test_featurize_computes_the_set_of_the_model_width():
+    dim = descriptor_count("fast")
+    data = featurize("CCOc1ccccc1", dim)
+    assert data.descriptors.shape == (1, dim)
+    direct = mol_to_data("CCOc1ccccc1", descriptors="fast").descriptors
+    assert np.array_equal(data.descriptors.numpy(), direct.numpy())
+    assert np.array_equal(mol_to_data("CCO", descriptors=True).descriptors.numpy(),
+                          mol_descriptors(Chem.MolFromSmiles("CCO")).numpy())
+
+
+def test_fast_descriptors_split_over_atoms_add_up():
+    mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1")
+    values = mol_descriptors(Chem.Mol(mol), kind="fast")[0].double().numpy()
+    shares, additive = descriptor_shares(mol, values, "fast")
+    assert shares.shape == (mol.GetNumAtoms(), len(values))
+    np.testing.assert_allclose(shares.sum(axis=0), values, rtol=1e-5, atol=1e-6)
+    names = additive_descriptors(mol, values, "fast")
+    assert {"MolLogP", "TPSA", "LabuteASA"} <= set(names)
