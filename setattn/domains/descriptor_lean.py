@@ -39,6 +39,9 @@ LEFT_OUT = ("fr_", "AvgIpc", "BalabanJ", "BertzCT", "Chi2", "Chi3", "Chi4", "Kap
 _LOGP_BINS = (-0.4, -0.2, 0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
 _MR_BINS = (1.29, 1.82, 2.24, 2.45, 2.75, 3.05, 3.63, 3.8, 4.0)
 _CHARGE_BINS = (-.3, -.25, -.20, -.15, -.10, -.05, 0, .05, .10, .15, .20, .25, .30)
+# RDKit's EState_VSA.estateBins and EState_VSA.vsaBins
+_ESTATE_BINS = (-0.39, 0.29, 0.717, 1.165, 1.54, 1.807, 2.05, 4.69, 9.17, 15.0)
+_VSA_BINS = (4.78, 5.0, 5.41, 5.74, 6.0, 6.07, 6.45, 7.0, 11.0)
 
 
 def is_lean(name: str) -> bool:
@@ -74,8 +77,7 @@ def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     """Replacements for the ``fast`` set's shared-work descriptors of ``mol``, by name.
 
     Computes the Crippen, Labute, Gasteiger and EState intermediates once; the
-    returned functions only read them. Sets ``mol._eStateIndices`` (RDKit's cache,
-    read by its ``EState_VSA`` and ``VSA_EState`` functions).
+    returned functions only read them.
     """
     n = mol.GetNumAtoms()
     crippen = np.array(rdMolDescriptors._CalcCrippenContribs(Chem.AddHs(mol)))  # (N + H, 2)
@@ -88,7 +90,8 @@ def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     intrinsic, valence, radicals, degrees = atom_terms(mol)
     chi0, chi1 = chi0_chi1(mol, degrees)
     estate = estate_indices(mol, intrinsic)  # (N,)
-    mol._eStateIndices = estate
+    estate_vsa = _binned(estate, areas, _ESTATE_BINS)  # area by EState index
+    vsa_estate = _binned(areas, estate, _VSA_BINS)  # EState index by area
     magnitudes = np.abs(estate)  # (N,)
     logp, mr = float(crippen[:, 0].sum()), float(crippen[:, 1].sum())
     fast: dict[str, Callable[[Chem.Mol], Any]] = {
@@ -104,4 +107,8 @@ def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     fast.update({f"SlogP_VSA{b + 1}": (lambda m, b=b: slogp[b]) for b in range(len(slogp))})
     fast.update({f"SMR_VSA{b + 1}": (lambda m, b=b: smr[b]) for b in range(len(smr))})
     fast.update({f"PEOE_VSA{b + 1}": (lambda m, b=b: peoe[b]) for b in range(len(peoe))})
+    fast.update({f"EState_VSA{b + 1}": (lambda m, b=b: estate_vsa[b])
+                 for b in range(len(estate_vsa))})
+    fast.update({f"VSA_EState{b + 1}": (lambda m, b=b: vsa_estate[b])
+                 for b in range(len(vsa_estate))})
     return fast

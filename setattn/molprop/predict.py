@@ -25,7 +25,7 @@ from setattn.datasets.files import check_columns, open_csv
 from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.files import atomic_open
-from setattn.molprop.chunk_cache import cached_chunk
+from setattn.molprop.chunk_cache import cached_chunk, cached_outputs, model_digest
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.deadline import stop_pool
 from setattn.molprop.featurize import featurize
@@ -102,9 +102,10 @@ def _featurise_chunk(smiles: Sequence[str], descriptor_dim: int, first_row: int,
 @torch.no_grad()
 def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first_row: int,
                    source: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE,
-                   cache: bool = False
+                   cache: str | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
-    """Predictions for one chunk of SMILES; with ``cache``, its featurisation is read from
+    """Predictions for one chunk of SMILES; with ``cache`` (the models'
+    ``chunk_cache.model_digest``), its featurisation and its predictions are read from
     and written to the feature cache (``chunk_cache``).
 
     Returns:
@@ -117,15 +118,25 @@ def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first
         ("invalid SMILES: ..." or "skipped: ...").
     """
     descriptor_dim = models[0].config.descriptor_dim
-    num_tasks = models[0].config.num_tasks
     def featurise() -> tuple[list, list[int], list[str]]:
         return _featurise_chunk(smiles, descriptor_dim, first_row, source, max_heavy_atoms)
 
-    data, ok, errors = cached_chunk(smiles, descriptor_dim, max_heavy_atoms, featurise) \
-        if cache else featurise()
+    if cache is None:
+        return _chunk_outputs(models, featurise(), len(smiles), kind)
+    return cached_outputs(smiles, descriptor_dim, max_heavy_atoms, cache, kind, lambda: (
+        _chunk_outputs(models, cached_chunk(smiles, descriptor_dim, max_heavy_atoms,
+                                            featurise), len(smiles), kind)))
+
+
+def _chunk_outputs(models: Sequence[MoleculeModel], featurised: tuple[list, list[int], list[str]],
+                   rows: int, kind: str
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    """``_predict_chunk``'s result from a chunk's featurisation (``rows`` SMILES)."""
+    data, ok, errors = featurised
+    num_tasks = models[0].config.num_tasks
     # the chunk's output table: on the CPU, where ``model_predictions`` returns its rows
-    mean = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
-    std = torch.full((len(smiles), num_tasks), float("nan"), device="cpu")  # (M, T)
+    mean = torch.full((rows, num_tasks), float("nan"), device="cpu")  # (M, T)
+    std = torch.full((rows, num_tasks), float("nan"), device="cpu")  # (M, T)
     u = std.clone()  # (M, T)
     if data:
         stacked = torch.stack([model_predictions(m, data) for m in models])  # (K, M_ok, T)
@@ -193,17 +204,18 @@ _WORKER: dict = {}
 
 
 def _init_worker(models: Sequence[MoleculeModel], source: str, max_heavy_atoms: int,
-                 kind: str, worker_init: Callable[[], None] | None) -> None:
+                 kind: str, worker_init: Callable[[], None] | None, digest: str) -> None:
     if worker_init is not None:
         worker_init()
-    _WORKER.update(models=models, source=source, max_heavy_atoms=max_heavy_atoms, kind=kind)
+    _WORKER.update(models=models, source=source, max_heavy_atoms=max_heavy_atoms, kind=kind,
+                   digest=digest)
 
 
 def _worker_chunk(task: tuple[int, list[str]]) -> tuple:
     first_row, smiles = task
     mean, std, u, errors = _predict_chunk(_WORKER["models"], smiles, first_row,
                                           _WORKER["source"], _WORKER["max_heavy_atoms"],
-                                          _WORKER["kind"], cache=True)
+                                          _WORKER["kind"], cache=_WORKER["digest"])
     return mean.numpy(), std.numpy(), u.numpy(), errors  # arrays travel back as plain bytes
 
 
@@ -218,10 +230,11 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     bounded whatever the input size. A worker that dies (killed, out of memory) ends
     the command with ``BrokenProcessPool`` instead of a wait forever.
     """
+    digest = model_digest(models)
     if workers <= 1:
         for first_row, smiles in tasks:
             yield smiles, _predict_chunk(models, smiles, first_row, source, max_heavy_atoms,
-                                         kind, cache=True)
+                                         kind, cache=digest)
         return
     if kind == KERNEL:  # the posterior std's factor, once, before the workers fork
         models[0].kernel.posterior_factor()
@@ -231,7 +244,8 @@ def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, 
     gc.freeze()
     try:
         with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), _init_worker,
-                                 (models, source, max_heavy_atoms, kind, worker_init)) as pool:
+                                 (models, source, max_heavy_atoms, kind, worker_init,
+                                  digest)) as pool:
             pending: deque = deque()
             try:
                 for task in tasks:

@@ -90,3 +90,37 @@ def test_free_cores_leave_the_busy_ones(monkeypatch):
     assert predict.free_cores() == 1
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 1.0, 1.0))
     assert predict.free_cores() == 4
+
+
+def _tiny_models(seed):
+    from setattn.molprop.config import MoleculeModelConfig
+    from setattn.molprop.model import MoleculeModel
+
+    torch.manual_seed(seed)
+    return [MoleculeModel(MoleculeModelConfig(hidden=8, heads=1)).eval()]
+
+
+def test_predictions_come_back_only_for_the_same_models(tmp_path, monkeypatch):
+    monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path))
+    models, other = _tiny_models(0), _tiny_models(1)
+    digest, other_digest = chunk_cache.model_digest(models), chunk_cache.model_digest(other)
+    assert digest == chunk_cache.model_digest(_tiny_models(0)) != other_digest
+    calls = []
+    real = predict._chunk_outputs
+
+    def counting(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(predict, "_chunk_outputs", counting)
+    cold = predict._predict_chunk(models, SMILES, 0, "test.csv", cache=digest)
+    warm = predict._predict_chunk(models, SMILES, 0, "test.csv", cache=digest)
+    assert len(calls) == 1 and len(list((tmp_path / "outputs").glob("*.pt"))) == 1
+    for a, b in zip(cold[:3], warm[:3]):
+        assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    assert cold[3] == warm[3] and cold[3][1].startswith("invalid SMILES")
+    fresh = predict._predict_chunk(other, SMILES, 0, "test.csv", cache=other_digest)
+    assert len(calls) == 2 and not torch.equal(fresh[0][0], cold[0][0])
+    assert len(entries(tmp_path)) == 1  # the featurisation was shared by both models
+    alone = predict._predict_chunk(other, SMILES, 0, "test.csv")
+    assert torch.equal(alone[0][0], fresh[0][0])
