@@ -47,7 +47,7 @@ class TrainFlags:
     Attributes:
         output_dir: the run directory written.
         resume: continue the run in ``output_dir``.
-        descriptors: "fast", "rdkit" or "none" (None: the default, or the resumed run's).
+        descriptors: "fast", "lean", "rdkit" or "none" (None: the default, or the resumed run's).
         checkpoint_seconds: least training time between two writes of ``last.pt``.
         num_threads: torch CPU threads.
     """
@@ -56,7 +56,8 @@ class TrainFlags:
     resume: bool = option(False, "continue the interrupted run in --output-dir",
                           action="store_true", show_default=False)
     descriptors: str | None = option(None, "append RDKit 2D descriptors to the readout: "
-                                     "fast (the ones that cost little), rdkit (all) or none "
+                                     "rdkit (all), lean (less the slow path indices), "
+                                     "fast (also less the substructure counts) or none "
                                      f"(default: {DEFAULT_DESCRIPTORS})",
                                      choices=sorted(DESCRIPTORS))
     checkpoint_seconds: float = option(

@@ -165,7 +165,7 @@ def descriptor_shares(mol: Chem.Mol, values: np.ndarray, kind: str = "rdkit"
         mol: the molecule the descriptors were computed from; a copy gets the ring
             information ``mol_descriptors`` gives it (``Chem.FastFindRings``).
         values: (F_desc,) the descriptors as the model sees them (``mol_descriptors``).
-        kind: the descriptor set of ``values`` ("fast" or "rdkit").
+        kind: the descriptor set of ``values`` ("fast", "lean" or "rdkit").
 
     Returns:
         shares (N, F_desc) whose column k sums to ``values[k]``, and F_desc flags saying

@@ -1,20 +1,21 @@
-"""The ``fast`` descriptor set: the RDKit 2D descriptors that cost little per molecule.
+"""The ``lean`` and ``fast`` descriptor sets: RDKit 2D descriptors that cost little.
 
 RDKit's full 2D set (``descriptors.descriptor_functions``, the ``rdkit`` set) spends most
-of its time in a few families: the 85 ``fr_*`` substructure counts (one SMARTS search
-each), the topological indices built from paths and polynomials (``AvgIpc``,
-``BalabanJ``, ``BertzCT``, ``Chi2``-``Chi4``, ``Kappa2``, ``Kappa3``, ``Phi``), the
-Morgan fingerprint densities and three SMARTS-based counts (rotatable bonds, RDKit's
-H-bond acceptors, bridgehead atoms). ``LEFT_OUT`` names them; the ``fast`` set is every
-other descriptor of the ``rdkit`` set, in the same order.
+of its time in a few families: the topological indices built from paths and polynomials
+(``AvgIpc``, ``BalabanJ``, ``BertzCT``, ``Chi2``-``Chi4``, ``Kappa2``, ``Kappa3``,
+``Phi``), the Morgan fingerprint densities and three SMARTS-based counts (rotatable
+bonds, RDKit's H-bond acceptors, bridgehead atoms), named by ``GRAPH_INDICES``, and the
+85 ``fr_*`` substructure counts (one SMARTS search each). The ``lean`` set leaves out
+the first group, the ``fast`` set both (``LEFT_OUT``); each keeps the order of the
+``rdkit`` set.
 
 The kept descriptors come from a few intermediate results computed once per molecule:
 the Crippen contributions of the molecule with explicit hydrogens (``MolLogP``,
 ``MolMR``, ``SlogP_VSA*``, ``SMR_VSA*``), Labute's surface contributions, Gasteiger
 charges (the partial-charge extremes, ``PEOE_VSA*``) and the EState indices
-(``descriptor_fast``). They equal RDKit's functions up to floating-point summation
-order (``tests/unit/test_descriptor_lean.py``); the remaining descriptors are RDKit's
-own C++ counts.
+(``descriptor_fast``; ``EState_VSA*``, ``VSA_EState*``). They equal RDKit's functions
+on a freshly parsed molecule up to floating-point summation order
+(``tests/unit/test_descriptor_lean.py``); the rest are RDKit's own functions.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ from rdkit.Chem import rdMolDescriptors, rdPartialCharges
 
 from setattn.domains.descriptor_fast import atom_terms, chi0_chi1, estate_indices
 
-__all__ = ["LEFT_OUT", "is_lean", "lean_functions"]
+__all__ = ["GRAPH_INDICES", "LEFT_OUT", "kept", "lean_functions"]
 
-LEFT_OUT = ("fr_", "AvgIpc", "BalabanJ", "BertzCT", "Chi2", "Chi3", "Chi4", "Kappa2",
-            "Kappa3", "Phi", "FpDensityMorgan", "NumRotatableBonds", "NumHAcceptors",
-            "NumBridgeheadAtoms")
-"""Name prefixes of the ``rdkit`` descriptors the ``fast`` set leaves out."""
+GRAPH_INDICES = ("AvgIpc", "BalabanJ", "BertzCT", "Chi2", "Chi3", "Chi4", "Kappa2", "Kappa3",
+                 "Phi", "FpDensityMorgan", "NumRotatableBonds", "NumHAcceptors",
+                 "NumBridgeheadAtoms")
+"""Name prefixes of the slow path, polynomial and SMARTS-based indices."""
+
+LEFT_OUT = {"lean": GRAPH_INDICES, "fast": ("fr_", *GRAPH_INDICES)}
+"""Name prefixes of the ``rdkit`` descriptors each set leaves out."""
 
 # RDKit's MolSurf.logpBins, MolSurf.mrBins and MolSurf.chgBins (bin edges)
 _LOGP_BINS = (-0.4, -0.2, 0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
@@ -44,9 +48,10 @@ _ESTATE_BINS = (-0.39, 0.29, 0.717, 1.165, 1.54, 1.807, 2.05, 4.69, 9.17, 15.0)
 _VSA_BINS = (4.78, 5.0, 5.41, 5.74, 6.0, 6.07, 6.45, 7.0, 11.0)
 
 
-def is_lean(name: str) -> bool:
-    """Whether the ``rdkit`` descriptor ``name`` is in the ``fast`` set."""
-    return not name.startswith(LEFT_OUT)
+def kept(name: str, kind: str) -> bool:
+    """Whether the ``rdkit`` descriptor ``name`` is in the set ``kind`` ("lean" or
+    "fast")."""
+    return not name.startswith(LEFT_OUT[kind])
 
 
 def _binned(values: Any, areas: Any, bins: tuple[float, ...]) -> np.ndarray:
@@ -74,7 +79,8 @@ def _extremes(charges: list[float]) -> tuple[float, float]:
 
 
 def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
-    """Replacements for the ``fast`` set's shared-work descriptors of ``mol``, by name.
+    """Replacements for the shared-work descriptors of ``mol`` in the ``lean`` and
+    ``fast`` sets, by name.
 
     Computes the Crippen, Labute, Gasteiger and EState intermediates once; the
     returned functions only read them.

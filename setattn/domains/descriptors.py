@@ -2,10 +2,11 @@
 
 The molecule model appends them to its readout and fits its kernel ridge on them.
 ``mol_to_data(smiles, descriptors=kind)`` computes them from the same parsed molecule
-as the atom graph, so a SMILES is parsed once. Two sets (``DESCRIPTOR_SETS``):
-``rdkit``, RDKit's 2D descriptors (``descriptor_functions``), and ``fast``, those of
-them that cost little per molecule (``descriptor_lean``). A model records only its
-width F_desc; ``descriptor_set`` tells the set back from it.
+as the atom graph, so a SMILES is parsed once. Three sets (``DESCRIPTOR_SETS``):
+``rdkit``, RDKit's 2D descriptors (``descriptor_functions``); ``lean``, those less the
+slow path and polynomial indices; ``fast``, also less the substructure counts
+(``descriptor_lean``). A model records only its width F_desc; ``descriptor_set`` tells
+the set back from it.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from setattn.domains.descriptor_fast import (
     morgan_densities,
     peoe_vsa,
 )
-from setattn.domains.descriptor_lean import is_lean, lean_functions
+from setattn.domains.descriptor_lean import kept, lean_functions
 
 # Left out: the slowest to compute (QED, SPS, the BCUT2D set); Ipc also overflows float32
 # on large molecules. AvgIpc (kept: the models use it) grows as N^4 with N heavy
 # atoms (its characteristic polynomial); mol_to_data's size limit bounds it.
 _SLOW_DESCRIPTORS = ("qed", "SPS", "Ipc", "BCUT2D_")
 
-DESCRIPTOR_SETS = ("fast", "rdkit")
+DESCRIPTOR_SETS = ("fast", "lean", "rdkit")
 """The descriptor sets, from the smallest."""
 
 
@@ -82,7 +83,7 @@ def set_functions(kind: str = "rdkit") -> tuple[tuple[str, Any], ...]:
     if kind not in DESCRIPTOR_SETS:
         raise ValueError(f"descriptor set must be one of {DESCRIPTOR_SETS}, got {kind!r}")
     functions = descriptor_functions()
-    return functions if kind == "rdkit" else tuple(f for f in functions if is_lean(f[0]))
+    return functions if kind == "rdkit" else tuple(f for f in functions if kept(f[0], kind))
 
 
 def descriptor_count(kind: str = "rdkit") -> int:
@@ -149,7 +150,7 @@ def _find_rings(mol: Chem.Mol, kind: str) -> None:
     """Complete the ring information of ``mol`` where it has none (fragments cut out of
     a larger molecule). The ``rdkit`` set runs ``Chem.FastFindRings`` (its values were
     fixed with it: RDKit's slower functions perceive the SSSR again before the ring
-    counts); the ``fast`` set perceives the SSSR itself, as parsing a SMILES does."""
+    counts); the other sets perceive the SSSR themselves, as parsing a SMILES does."""
     if kind == "rdkit":
         Chem.FastFindRings(mol)
         return
@@ -165,7 +166,7 @@ def mol_descriptors(mol: Chem.Mol, deadline: float | None = None, kind: str = "r
 
     The values of RDKit's functions (``set_functions``); the slowest of them are
     computed from intermediate results shared between descriptors
-    (``_fast_functions``; ``descriptor_lean.lean_functions`` for the ``fast`` set).
+    (``_fast_functions``; ``descriptor_lean.lean_functions`` for the other sets).
 
     Args:
         mol: a sanitised molecule (one fragment, as the model sees it). Its ring

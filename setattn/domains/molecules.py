@@ -436,7 +436,7 @@ def mol_to_data(
             salts and solvent molecules).
         descriptors: also compute the RDKit 2D descriptors of the molecule
             (``setattn.domains.descriptors``) from the same parse, as ``descriptors``:
-            a set's name ("fast" or "rdkit"), True for "rdkit"; False or None: none.
+            a set's name ("fast", "lean" or "rdkit"), True for "rdkit"; False or None: none.
         row: the file row the molecule came from, carried into errors.
         source: the file name it came from, carried into errors.
         max_heavy_atoms: refuse molecules (the kept fragment) with more heavy atoms.
@@ -487,8 +487,8 @@ def mol_to_data(
 
 
 def rdkit_descriptors(smiles: str, kind: str = "rdkit") -> torch.Tensor:
-    """RDKit 2D descriptors of a SMILES's largest fragment in the set ``kind`` ("fast" or
-    "rdkit"), (1, F_desc) float32.
+    """RDKit 2D descriptors of a SMILES's largest fragment in the set ``kind`` ("fast",
+    "lean" or "rdkit"), (1, F_desc) float32.
 
     Raises:
         InvalidSmilesError: for an empty or unparsable SMILES.

@@ -3,7 +3,7 @@ keywords of ``MoleculePredictor``.
 
 An option is a flag field of ``RunConfig``, ``TrainConfig`` or ``MoleculeModelConfig``
 (made with ``option``), named like the field (``batch_size``; the flag is
-``--batch-size``), plus ``descriptors`` ("fast", "rdkit" or "none"), which sets the model's
+``--batch-size``), plus ``descriptors`` ("fast", "lean", "rdkit" or "none"), which sets the model's
 descriptor width.
 """
 
@@ -26,9 +26,10 @@ DEFAULT_DESCRIPTORS = "rdkit"
 """Descriptor set unless ``descriptors`` says otherwise (how it was chosen:
 ``docs/guide/defaults.rst``)."""
 
-DESCRIPTORS = ("fast", "rdkit", "none")
-"""The descriptor sets: RDKit's 2D descriptors that cost little per molecule, all of
-RDKit's 2D descriptors (``setattn.domains.descriptors``), or none."""
+DESCRIPTORS = ("fast", "lean", "rdkit", "none")
+"""The descriptor sets (``setattn.domains.descriptors``): RDKit's 2D descriptors less
+the slow path indices and the substructure counts, less the path indices only, all of
+them, or none."""
 
 
 def run_flags() -> list[tuple[str, Field]]:
@@ -57,7 +58,7 @@ def descriptor_dim(descriptors: str | None) -> int:
     """
     descriptors = DEFAULT_DESCRIPTORS if descriptors is None else descriptors
     if descriptors not in DESCRIPTORS:
-        raise SettingError("descriptors", f"must be fast, rdkit or none, got {descriptors!r}")
+        raise SettingError("descriptors", f"must be fast, lean, rdkit or none, got {descriptors!r}")
     return 0 if descriptors == "none" else descriptor_count(descriptors)
 
 

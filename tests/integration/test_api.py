@@ -175,7 +175,7 @@ def test_validation_set_and_multitask_classification(tmp_path):
     (lambda: MoleculePredictor("ranking"), ValueError,
      "task must be regression or classification, got 'ranking'"),
     (lambda: MoleculePredictor(descriptors="morgan"), ValueError,
-     "descriptors must be fast, rdkit or none, got 'morgan'"),
+     "descriptors must be fast, lean, rdkit or none, got 'morgan'"),
     (lambda: MoleculePredictor(device="gpu"), ValueError,
      "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
     (lambda: MoleculePredictor(hidden=30, heads=4), ValueError,

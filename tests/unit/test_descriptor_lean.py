@@ -1,4 +1,5 @@
-"""The ``fast`` descriptor set: RDKit's values, a fixed subset, and a width that names it.
+"""The ``lean`` and ``fast`` descriptor sets: RDKit's values, fixed subsets, and widths
+that name them.
 
 The reference is RDKit's own descriptor functions called on a freshly parsed molecule
 (the ring information a SMILES parse gives), so the shared intermediates of
@@ -15,7 +16,7 @@ from rdkit import Chem, rdBase
 
 from setattn.datasets import DATASETS_DIR
 from setattn.domains.descriptor_atoms import additive_descriptors, descriptor_shares
-from setattn.domains.descriptor_lean import LEFT_OUT, is_lean
+from setattn.domains.descriptor_lean import GRAPH_INDICES, LEFT_OUT, kept
 from setattn.domains.descriptors import (
     DESCRIPTOR_SETS,
     descriptor_count,
@@ -42,12 +43,12 @@ def bundled(step: int) -> list[str]:
     return [s for s in out if "." not in s]
 
 
-def rdkit_fresh(smiles: str) -> np.ndarray:
-    """(F_fast,) RDKit's functions of the fast set on a fresh parse, cleaned as
+def rdkit_fresh(smiles: str, kind: str = "fast") -> np.ndarray:
+    """(F,) RDKit's functions of the set ``kind`` on a fresh parse, cleaned as
     ``mol_descriptors`` cleans them (float32; non-finite and huge values 0)."""
     values = []
     with rdBase.BlockLogs():
-        for _, fn in set_functions("fast"):
+        for _, fn in set_functions(kind):
             try:
                 values.append(float(fn(Chem.MolFromSmiles(smiles))))
             except (RuntimeError, ValueError, ZeroDivisionError, OverflowError):
@@ -57,27 +58,32 @@ def rdkit_fresh(smiles: str) -> np.ndarray:
     return row.astype(np.float32).astype(np.float64)
 
 
-def test_the_fast_set_is_the_rdkit_set_less_the_slow_families():
+def test_the_sets_are_the_rdkit_set_less_the_slow_families():
     full = [name for name, _ in set_functions("rdkit")]
     fast = [name for name, _ in set_functions("fast")]
-    assert fast == [name for name in full if not name.startswith(LEFT_OUT)]
-    assert len(fast) < len(full) and all(is_lean(name) for name in fast)
+    lean = [name for name, _ in set_functions("lean")]
+    assert fast == [name for name in full if not name.startswith(LEFT_OUT["fast"])]
+    assert lean == [name for name in full if not name.startswith(GRAPH_INDICES)]
+    assert len(fast) < len(lean) < len(full) and all(kept(name, "fast") for name in fast)
     assert {"MolLogP", "TPSA", "SlogP_VSA1", "PEOE_VSA14", "MaxEStateIndex"} <= set(fast)
     assert not any(name.startswith("fr_") for name in fast)
+    assert set(lean) - set(fast) == {name for name in full if name.startswith("fr_")}
 
 
-def test_fast_values_equal_rdkit_on_bundled_molecules():
+@pytest.mark.parametrize("kind", ["fast", "lean"])
+def test_values_equal_rdkit_on_bundled_molecules(kind):
     for text in bundled(50) + EDGE_CASES:
-        ours = mol_descriptors(Chem.MolFromSmiles(text), kind="fast")[0].double().numpy()
-        ref = rdkit_fresh(text)
+        ours = mol_descriptors(Chem.MolFromSmiles(text), kind=kind)[0].double().numpy()
+        ref = rdkit_fresh(text, kind)
         np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=1e-5, err_msg=text)
 
 
 def test_a_fragment_without_ring_information_gets_rdkit_ring_counts():
     whole = Chem.MolFromSmiles("C1CCOC1.c1ccccc1CC1CC1")
     fragment = Chem.GetMolFrags(whole, asMols=True, sanitizeFrags=False)[1]
-    ours = mol_descriptors(fragment, kind="fast")[0].double().numpy()
-    np.testing.assert_allclose(ours, rdkit_fresh("c1ccccc1CC1CC1"), rtol=2e-6, atol=1e-5)
+    ours = mol_descriptors(fragment, kind="lean")[0].double().numpy()
+    np.testing.assert_allclose(ours, rdkit_fresh("c1ccccc1CC1CC1", "lean"), rtol=2e-6,
+                               atol=1e-5)
 
 
 def test_a_width_names_its_set_and_an_unknown_width_says_retrain():
@@ -87,7 +93,7 @@ def test_a_width_names_its_set_and_an_unknown_width_says_retrain():
     assert descriptor_set(0) is None and descriptor_dim("none") == 0
     with pytest.raises(ValueError, match="retrain with this RDKit"):
         descriptor_set(descriptor_count("rdkit") + 1)
-    with pytest.raises(SettingError, match="fast, rdkit or none"):
+    with pytest.raises(SettingError, match="fast, lean, rdkit or none"):
         descriptor_dim("all")
     with pytest.raises(ValueError, match="descriptor set must be one of"):
         mol_descriptors(Chem.MolFromSmiles("CCO"), kind="all")
