@@ -13,8 +13,9 @@ same run. Five tables:
    against PyG's ``from_smiles`` and RDKit's parse alone (interleaved rounds, medians).
 2. RDKit descriptors: per molecule of the sample (its first ``--desc-n``), RDKit's public
    functions one by one (``Descriptors.descList`` less the left-out ones: the way the
-   models' descriptors were first computed) against ``mol_descriptors``, whose slowest
-   descriptors come from shared intermediate results; the values are checked equal.
+   models' descriptors were first computed) against ``mol_descriptors`` for each set
+   (``rdkit``, ``lean``, ``fast``), whose slowest descriptors come from shared
+   intermediate results; the ``rdkit`` values are checked equal to RDKit's.
 3. ``setattn predict``: the command line on the sample with the model of ``--model``
    (default ``runs/freesolv``, the ``make demo`` run: an ensemble of 3 with the kernel
    ridge and RDKit descriptors; trained with the demo's command when absent): with a
@@ -55,7 +56,13 @@ from molecule_jobs import ensure_chemprop, timed  # noqa: E402
 from record import finish, interleaved_seconds, make_record, table  # noqa: E402
 
 from setattn.datasets import DATASETS_DIR  # noqa: E402
-from setattn.domains.descriptors import descriptor_functions, mol_descriptors  # noqa: E402
+from setattn.domains.descriptors import (  # noqa: E402
+    DESCRIPTOR_SETS,
+    descriptor_count,
+    descriptor_functions,
+    descriptor_set,
+    mol_descriptors,
+)
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,15 +169,20 @@ def descriptor_table(smiles: list[str], repeats: int) -> tuple[dict, dict]:
                     fn(Chem.Mol(m))  # a fresh copy: both would cache on the molecule
         return each
 
-    median = interleaved_seconds({"RDKit functions one by one": run(_rdkit_one_by_one),
-                                  "setattn mol_descriptors": run(mol_descriptors)}, repeats)
-    base = median["RDKit functions one by one"]
+    cases = {f"RDKit functions one by one ({len(descriptor_functions())})":
+             run(_rdkit_one_by_one)}
+    for kind in reversed(DESCRIPTOR_SETS):
+        cases[f"setattn {kind} set ({descriptor_count(kind)})"] = run(
+            lambda m, kind=kind: mol_descriptors(m, kind=kind))
+    median = interleaved_seconds(cases, repeats)
+    base = next(iter(median.values()))
     rows = [[name, f"{s / len(mols) * 1e3:.2f}", f"{len(mols) / s:,.0f}", f"{base / s:.2f}x"]
             for name, s in median.items()]
-    return table(f"{len(descriptor_functions())} RDKit descriptors of {len(mols)} drug-like "
-                 "molecules", ["computation", "ms per molecule", "mol/s",
-                               "vs RDKit one by one"], rows,
-                 f"median of {repeats} interleaved rounds; values equal (float32) for "
+    return table(f"RDKit descriptors of {len(mols)} drug-like molecules",
+                 ["computation (descriptors)", "ms per molecule", "mol/s",
+                  "vs RDKit one by one"], rows,
+                 f"median of {repeats} interleaved rounds; rdkit set values equal (float32) "
+                 "to RDKit's functions for "
                  f"{equal} of {len(mols)} molecules"), {**median, "equal": equal}
 
 
@@ -351,14 +363,26 @@ def demo_model(model: Path | None, work: Path) -> Path:
     return out
 
 
-def summary(setattn: dict, chemprop: dict, large: dict, n: int, load: float) -> str:
+def model_descriptors(model: Path) -> str:
+    """The descriptor set of a run's models, in words."""
+    from setattn.molprop.checkpoint import load_run
+
+    models, _ = load_run(model)
+    kind = descriptor_set(models[0].config.descriptor_dim)
+    kernel = ", kernel ridge" if models[0].kernel is not None else ""
+    return (f"{len(models)} model(s){kernel}, "
+            + (f"the {kind} descriptor set" if kind else "no descriptors"))
+
+
+def summary(setattn: dict, chemprop: dict, large: dict, n: int, load: float,
+            described: str) -> str:
     def rate(name: str, cases: dict = setattn) -> str:
         return f"{n / cases[name]['seconds']:,.0f}"
 
     cold1, cold2 = "cold cache, 1 worker(s)", "cold cache, 2 worker(s)"
     warm = setattn[cold1]["seconds"] / setattn["warm cache, 1 worker(s)"]["seconds"]
     r, warm_big = large.values()
-    text = (f"setattn predict with the demo model (3 models, kernel ridge, RDKit descriptors) "
+    text = (f"setattn predict with the demo model ({described}) "
             f"ran {rate(cold1)} drug-like molecules/s on one core with a cold cache "
             f"(start-up included), {rate(cold2)}/s with 2 workers, and a warm cache was "
             f"{warm:.1f}x faster; {r['rows']:,} molecules took {r['seconds'] / 60:.1f} "
@@ -392,6 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = demo_model(args.model, work)
+        described = model_descriptors(model)
         data = write_input(work / "drug_like.csv", smiles, n)
         tiny = write_input(work / "tiny.csv", smiles, 10)
         setattn = setattn_cases(model, data, tiny, work)
@@ -402,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
     anchor = "cold cache, 1 worker(s)"
     tables = [graphs, descriptors,
               speed_table(f"setattn predict, {n:,} drug-like molecules", setattn, n, anchor,
-                          "the demo model; a new feature cache folder for each cold run, "
+                          "the demo model; a new cache folder for each cold run, "
                           "the same folder again for its warm run")]
     if chemprop:
         tables.append(speed_table(f"chemprop predict, the same {n:,} molecules", chemprop, n,
@@ -413,7 +438,7 @@ def main(argv: list[str] | None = None) -> None:
            "chemprop": chemprop, "large": large, "loads": loads}
     load = max(loads)
     finish(make_record("predict", "Prediction speed: featurisation, setattn predict, chemprop",
-                       summary(setattn, chemprop, large, n, load), tables, 1, raw,
+                       summary(setattn, chemprop, large, n, load, described), tables, 1, raw,
                        load=load), args.out)
 
 
