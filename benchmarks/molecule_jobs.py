@@ -16,7 +16,9 @@ each tool's "test" predictions are then its predictions on the validation molecu
 chemprop 2.3.1 is installed on first use into ``benchmarks/.venv-chemprop`` (``pip install
 torch==2.13.0 chemprop==2.3.1``) and run through its own command line, wrapped by
 ``CHEMPROP_TIMED``, which times Lightning's ``Trainer.fit`` and counts the epochs and the
-trainable parameters.
+trainable parameters. An anchor trains ``RunSettings.anchor_ensemble`` models
+(``--ensemble-size``): its test predictions are the mean of the members' (chemprop writes
+one ``model_i/test_predictions.csv`` per member), its fit time the sum of theirs.
 
 Every finished run is a record in ``<out>/results.json``, keyed by (data set, split kind,
 seed, reported part, tool, extra flags); a later call with the same settings skips it,
@@ -191,7 +193,7 @@ ANCHORS: dict[str, tuple[str, ...]] = {
 
 # Runs chemprop's command line, timing Trainer.fit (training epochs with their validation)
 # and counting the epochs it ran and the trainable parameters of the model it fitted;
-# writes {"fit_seconds", "epochs", "parameters"} to $CHEMPROP_FIT_JSON.
+# appends {"fit_seconds", "epochs", "parameters"} to $CHEMPROP_FIT_JSON, a line per member.
 CHEMPROP_TIMED = """
 import json, os, sys, time
 import lightning.pytorch as pl
@@ -204,9 +206,9 @@ def timed_fit(self, model, *args, **kwargs):
     out = _fit(self, model, *args, **kwargs)
     seconds = time.perf_counter() - start
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    with open(os.environ["CHEMPROP_FIT_JSON"], "w") as f:
-        json.dump({"fit_seconds": seconds, "epochs": self.current_epoch,
-                   "parameters": params}, f)
+    with open(os.environ["CHEMPROP_FIT_JSON"], "a") as f:
+        f.write(json.dumps({"fit_seconds": seconds, "epochs": self.current_epoch,
+                            "parameters": params}) + "\n")
     return out
 
 pl.Trainer.fit = timed_fit
@@ -254,38 +256,48 @@ def chemprop_command(python: Path, data: Path, column: str, targets: tuple[str, 
             "--pytorch-seed", str(seed), "--data-seed", str(seed), *flags]
 
 
-def read_predictions(run_dir: Path, targets: tuple[str, ...]) -> tuple[list[str], np.ndarray]:
-    """The SMILES and (M, T) predictions of chemprop's ``test_predictions.csv``.
+def read_predictions(run_dir: Path, targets: tuple[str, ...], members: int = 1
+                     ) -> tuple[list[str], np.ndarray]:
+    """The SMILES and (M, T) mean test predictions of a chemprop run of ``members``
+    models (one ``test_predictions.csv`` each).
 
     Raises:
-        FileNotFoundError: naming the run directory if chemprop wrote no predictions.
+        FileNotFoundError: if the run holds another number of prediction files.
+        ValueError: if the members predicted different molecules.
     """
     found = sorted(run_dir.glob("**/test_predictions.csv"))
-    if len(found) != 1:
-        raise FileNotFoundError(f"{run_dir}: expected one test_predictions.csv, found "
+    if len(found) != members:
+        raise FileNotFoundError(f"{run_dir}: expected {members} test_predictions.csv, found "
                                 f"{len(found)}")
-    with open(found[0], newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    preds = np.array([[float(r[t]) for t in targets] for r in rows], dtype=np.float64)
-    return [r["smiles"] for r in rows], preds.reshape(len(rows), len(targets))
+    read = []
+    for path in found:
+        rows = list(csv.DictReader(path.read_text().splitlines()))
+        read.append(([r["smiles"] for r in rows], np.array(
+            [[float(r[t]) for t in targets] for r in rows]).reshape(len(rows), len(targets))))
+    smiles = read[0][0]
+    if any(other != smiles for other, _ in read[1:]):
+        raise ValueError(f"{run_dir}: the ensemble's members predicted different molecules")
+    return smiles, np.mean([preds for _, preds in read], axis=0)  # (M, T)
 
 
 def run_chemprop(data: Path, column: str, targets: tuple[str, ...], task: str,
-                 run_dir: Path, seed: int, threads: int, flags: list[str]
+                 run_dir: Path, seed: int, threads: int, flags: list[str], members: int = 1
                  ) -> tuple[dict, list[str], np.ndarray]:
-    """Train one chemprop variant on one split; the run's costs and its test predictions.
-
-    Returns:
-        ``{"seconds", "fit_seconds", "epochs", "parameters"}``, then the SMILES and the
-        (M, T) predictions of the rows labelled ``test`` (in file order).
-    """
+    """Train one chemprop variant (an ensemble of ``members``) on one split: its costs
+    ``{"seconds", "fit_seconds" (summed), "epochs" (mean), "parameters", "members"}``,
+    the SMILES and the (M, T) mean predictions of the rows labelled ``test``."""
     python = ensure_chemprop()
     timing = run_dir.parent / f"{run_dir.name}_fit.json"
+    timing.unlink(missing_ok=True)  # the wrapper adds each member's fit to it
+    flags = [*flags, "--ensemble-size", str(members)] if members > 1 else flags
     cmd = chemprop_command(python, data, column, targets, task, run_dir, seed, flags)
     seconds = timed(cmd, run_dir.parent / f"{run_dir.name}.log", threads,
                     CHEMPROP_FIT_JSON=str(timing))
-    fit = json.loads(timing.read_text())
-    smiles, preds = read_predictions(run_dir, targets)
+    fits = [json.loads(line) for line in timing.read_text().splitlines()]
+    fit = {"fit_seconds": sum(f["fit_seconds"] for f in fits), "members": len(fits),
+           "epochs": float(np.mean([f["epochs"] for f in fits])),
+           "parameters": fits[0]["parameters"]}
+    smiles, preds = read_predictions(run_dir, targets, members)
     return {"seconds": seconds, **fit}, smiles, preds
 
 
@@ -298,6 +310,7 @@ class RunSettings:
     threads: int
     setattn_flags: tuple[str, ...] = ()
     chemprop_flags: tuple[str, ...] = ()
+    anchor_ensemble: int = 1  # models per chemprop anchor run
 
 
 @dataclass
@@ -441,7 +454,7 @@ def _run_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> di
     flags = [*ANCHORS[tool], *settings.chemprop_flags]
     result, smiles, preds = run_chemprop(
         job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
-        flags)
+        flags, settings.anchor_ensemble)
     return {**result, "metric": _metric(job, smiles, preds, tool)}
 
 
@@ -449,7 +462,9 @@ def tool_flags(tool: str, settings: RunSettings) -> str:
     """The flags a tool runs with beyond its defaults, as saved with its record."""
     if tool == "setattn":
         return " ".join(settings.setattn_flags)
-    return " ".join([*ANCHORS[tool], *settings.chemprop_flags])
+    ensemble = ["--ensemble-size", str(settings.anchor_ensemble)] \
+        if settings.anchor_ensemble > 1 else []
+    return " ".join([*ANCHORS[tool], *settings.chemprop_flags, *ensemble])
 
 
 def run_name(tool: str, settings: RunSettings) -> str:

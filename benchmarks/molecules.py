@@ -1,7 +1,7 @@
 """setattn vs chemprop 2.3.1 on six molecule sets, random and scaffold splits.
 
 Run:  .venv/bin/python benchmarks/molecules.py --rounds 2      (the whole benchmark, hours:
-          all sets, both splits, seeds 10-14, test part, both anchors, then the cost
+          all sets, both splits, the report seeds, test part, both anchors, then the cost
           rounds; writes results/molecules.json)
       .venv/bin/python benchmarks/molecules.py --report val --seeds 20 21 22 --out runs/dev
           (for choices: the validation part of other seeds; the test part reaches no tool)
@@ -13,14 +13,18 @@ tasks), Huuskonen solubility (RMSE), BACE1 from ChEMBL as ``bace1`` (pIC50, RMSE
 ``bace1_active`` (ROC-AUC). Each split (80/10/10, random or balanced Bemis-Murcko
 scaffold, the run's seed) is a column of a CSV that BOTH tools read, so both train,
 validate and test on identical molecules; the script checks each tool's part sizes and
-test rows against the column. Seeds 10-14 are the report's: no default is chosen on
-them (choices use ``--report val`` on other seeds). Both tools' test metrics are computed
-by ``setattn.molprop.metrics.evaluate``.
+test rows against the column. The report seeds (``REPORT_SEEDS``, drawn at random and
+written in ``benchmarks/PREREGISTRATION.md`` before any run on them) are read once: no
+default is chosen on them (choices use ``--report val`` on development seeds, 0-25).
+Both tools' test metrics are computed by ``setattn.molprop.metrics.evaluate``.
 
 Tools: setattn with its defaults; ``chemprop`` (its defaults) and ``chemprop_rdkit``
 (plus chemprop 1's normalised RDKit 2D descriptors); ``--setattn-flags`` /
-``--chemprop-flags`` add flags (saved with each run). Every tool runs with ``--threads``
-CPU threads (default 1), setattn with its feature cache off, one tool at a time.
+``--chemprop-flags`` add flags (saved with each run). Each anchor trains as many models as
+setattn (``--ensemble-size`` of ``--setattn-flags``, else setattn's default 3;
+``--anchor-ensemble-size`` sets another), averages their test predictions and sums their
+fit times. Every tool runs with ``--threads`` CPU threads (default 1), setattn with its
+feature cache off, one tool at a time.
 
 Cost, in turn (``--rounds R``): on the first seed's split of every (set, split), setattn's
 defaults, chemprop at setattn's width 96 (``chemprop_w96``) and chemprop's defaults run
@@ -61,8 +65,10 @@ from molecule_jobs import (  # noqa: E402
 )
 from record import finish, load_average, make_record, markdown_table, table  # noqa: E402
 
+from setattn.molprop.config import RunConfig  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-REPORT_SEEDS = (10, 11, 12, 13, 14)
+REPORT_SEEDS = (696, 707, 718, 753, 974)
 ANCHORS = ("chemprop", "chemprop_rdkit")
 ROUND_TOOLS = ("setattn", "chemprop_w96", "chemprop")
 NAMES = {"setattn": "setattn", "chemprop": "chemprop 2.3.1",
@@ -75,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--datasets", nargs="+", default=list(SETS), choices=list(SETS))
     p.add_argument("--splits", nargs="+", default=list(SPLIT_KINDS), choices=SPLIT_KINDS)
     p.add_argument("--seeds", nargs="+", type=int, default=list(REPORT_SEEDS),
-                   help="split seeds (default: the report's, 10-14)")
+                   help="split seeds (default: the report's, REPORT_SEEDS)")
     p.add_argument("--report", choices=("test", "val"), default="test",
                    help="the part whose metric is printed (val: no tool sees the test part)")
     p.add_argument("--anchors", nargs="*", default=list(ANCHORS), choices=list(ANCHORS))
@@ -88,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "for the whole benchmark, <--out>/molecules.json for part of it; only "
                    "written for the test part)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
+    p.add_argument("--anchor-ensemble-size", type=int, metavar="K",
+                   help="models per chemprop run (default: setattn's ensemble size, the "
+                   "one in --setattn-flags or its default)")
     p.add_argument("--print-only", action="store_true",
                    help="train nothing: tables and record of the runs saved in --out")
     p.add_argument("--setattn-flags", default="", metavar="FLAGS",
@@ -100,10 +109,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def setattn_ensemble(flags: list[str]) -> int:
+    """The ensemble size setattn trains with these extra flags."""
+    sizes = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--ensemble-size"]
+    sizes += [f.split("=", 1)[1] for f in flags if f.startswith("--ensemble-size=")]
+    return int(sizes[-1]) if sizes else RunConfig().ensemble_size
+
+
 def settings_of(args: argparse.Namespace) -> RunSettings:
-    return RunSettings(args.out, args.report, args.threads,
-                       tuple(shlex.split(args.setattn_flags)),
-                       tuple(shlex.split(args.chemprop_flags)))
+    setattn_flags = shlex.split(args.setattn_flags)
+    anchors = args.anchor_ensemble_size or setattn_ensemble(setattn_flags)
+    return RunSettings(args.out, args.report, args.threads, tuple(setattn_flags),
+                       tuple(shlex.split(args.chemprop_flags)), anchors)
 
 
 def wanted(records: list[dict], args: argparse.Namespace, settings: RunSettings) -> list[dict]:
@@ -250,6 +267,40 @@ def quality_table(records: list[dict], part: str) -> dict:
                  "seeds on which setattn beats both anchors.")
 
 
+def paired(ours: list[dict], theirs: list[dict], metric: str) -> list[str]:
+    """setattn against one anchor on the seeds both ran: the mean per-seed difference
+    (positive: setattn better), the seeds setattn won, and the two-sided Wilcoxon
+    signed-rank p (exact; 5 seeds cannot go below 0.0625)."""
+    from scipy.stats import wilcoxon
+
+    a = {r["seed"]: r["result"]["metric"] for r in ours}
+    b = {r["seed"]: r["result"]["metric"] for r in theirs}
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return ["-", "-", "-"]
+    sign = -1.0 if metric == "rmse" else 1.0
+    diffs = [sign * (a[s] - b[s]) for s in seeds]  # > 0: setattn better
+    won = sum(d > 0 for d in diffs)
+    p = wilcoxon(diffs).pvalue if len(seeds) > 1 and any(diffs) else float("nan")
+    return [f"{statistics.mean(diffs):+.3f}", f"{won}/{len(seeds)}", f"{p:.3f}"]
+
+
+def paired_table(records: list[dict]) -> dict:
+    """Per (set, split) and anchor: setattn's paired advantage over the seeds."""
+    rows = []
+    for (name, kind), tools in _groups(records).items():
+        for anchor in ANCHORS:
+            if tools.get(anchor) and tools.get("setattn"):
+                rows.append([name, kind, NAMES[anchor],
+                             *paired(tools["setattn"], tools[anchor], SETS[name].metric)])
+    return table("setattn against each anchor, seed by seed",
+                 ["data set", "split", "anchor", "mean advantage", "seeds won",
+                  "Wilcoxon p"], rows,
+                 "advantage: the anchor's RMSE minus setattn's (ROC-AUC: setattn's minus the "
+                 "anchor's), so positive favours setattn; the same seeds and split for both. "
+                 "Wilcoxon: two-sided signed-rank test of the per-seed differences.")
+
+
 def _ratio_cells(ratios: list[float]) -> list[str]:
     """The median of per-round ratios, and their range."""
     return [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"]
@@ -322,7 +373,8 @@ def summary(quality: dict, cost: dict) -> str:
 def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) -> dict:
     """The molecules record of the saved runs (test part) and cost rounds."""
     quality, cost = quality_table(records, args.report), cost_table(rounds)
-    tables = [quality, interval_table(records)] + ([cost] if cost["rows"] else [])
+    tables = [quality, paired_table(records), interval_table(records)] + (
+        [cost] if cost["rows"] else [])
     raw = {"runs": records,
            "rounds": [{"round": i, **rec} for found in rounds.values()
                       for i, tools in enumerate(found) for rec in tools.values()]}

@@ -199,3 +199,56 @@ def test_only_the_whole_benchmark_writes_the_maintained_record(bench, tmp_path):
         assert bench.record_path(args) == tmp_path / "molecules.json", part
     chosen = bench.parse_args(["--seeds", "10", "--record", str(tmp_path / "r.json")])
     assert bench.record_path(chosen) == tmp_path / "r.json"
+
+
+def test_an_anchor_ensemble_is_the_mean_of_its_members(bench, tmp_path):
+    jobs, _ = bench
+    for k, values in enumerate([(1.0, 3.0), (2.0, 5.0), (3.0, 10.0)]):
+        folder = tmp_path / f"model_{k}"
+        folder.mkdir()
+        (folder / "test_predictions.csv").write_text(
+            f"smiles,y\nCCO,{values[0]}\nCCN,{values[1]}\n")
+    smiles, preds = jobs.read_predictions(tmp_path, ("y",), members=3)
+    assert smiles == ["CCO", "CCN"] and preds.tolist() == [[2.0], [6.0]]
+    with pytest.raises(FileNotFoundError, match="expected 1 test_predictions.csv, found 3"):
+        jobs.read_predictions(tmp_path, ("y",))
+    (tmp_path / "model_2" / "test_predictions.csv").write_text("smiles,y\nCCN,1\nCCO,2\n")
+    with pytest.raises(ValueError, match="different molecules"):
+        jobs.read_predictions(tmp_path, ("y",), members=3)
+
+
+def test_anchors_train_as_many_models_as_setattn(bench, monkeypatch, tmp_path):
+    jobs, molecules = bench
+    for flags, size in (("", 3), ("--ensemble-size 1", 1), ("--layers 2 --ensemble-size=5", 5)):
+        settings = molecules.settings_of(molecules.parse_args(["--setattn-flags", flags]))
+        assert settings.anchor_ensemble == size
+        assert jobs.tool_flags("chemprop", settings).endswith(
+            f"--ensemble-size {size}" if size > 1 else "")
+    args = molecules.parse_args(["--anchor-ensemble-size", "2"])
+    assert molecules.settings_of(args).anchor_ensemble == 2
+    seen = {}
+
+    def fake_timed(cmd, log, threads, **env):
+        seen["cmd"] = cmd
+        raise RuntimeError("stop before training")
+
+    monkeypatch.setattr(jobs, "timed", fake_timed)
+    monkeypatch.setattr(jobs, "ensure_chemprop", lambda: tmp_path / "python")
+    with pytest.raises(RuntimeError, match="stop before training"):
+        jobs.run_chemprop(tmp_path / "d.csv", "random10", ("y",), "regression",
+                          tmp_path / "run", 10, 1, [], members=3)
+    assert seen["cmd"][-2:] == ["--ensemble-size", "3"]
+
+
+def test_paired_comparison_counts_seeds_and_tests_the_differences(bench):
+    _, molecules = bench
+
+    def runs(values):
+        return [{"seed": s, "result": {"metric": v}} for s, v in zip(range(10, 15), values)]
+
+    ours, theirs = runs([0.5, 0.6, 0.7, 0.8, 0.9]), runs([0.6, 0.8, 0.6, 1.2, 1.4])
+    mean, won, p = molecules.paired(ours, theirs, "rmse")
+    assert (mean, won) == ("+0.220", "4/5") and 0.06 < float(p) < 0.2
+    mean, won, _ = molecules.paired(ours, theirs, "roc_auc")
+    assert (mean, won) == ("-0.220", "1/5")
+    assert molecules.paired(ours, [], "rmse") == ["-", "-", "-"]
