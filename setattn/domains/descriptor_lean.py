@@ -88,7 +88,8 @@ def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     n = mol.GetNumAtoms()
     crippen = np.array(rdMolDescriptors._CalcCrippenContribs(Chem.AddHs(mol)))  # (N + H, 2)
     heavy = crippen[:n]  # (N, 2): a heavy atom's contribution is the same with or without Hs
-    areas, _ = rdMolDescriptors._CalcLabuteASAContribs(mol)
+    areas = np.fromiter(rdMolDescriptors._CalcLabuteASAContribs(mol)[0], np.float64,
+                        count=n)  # (N,): one pass over RDKit's vector, read once
     slogp, smr = _binned(heavy[:, 0], areas, _LOGP_BINS), _binned(heavy[:, 1], areas, _MR_BINS)
     charges = _charges(mol)
     low, high = _extremes(charges)

@@ -28,7 +28,7 @@ from setattn.files import atomic_open
 from setattn.molprop.chunk_cache import cached_chunk, cached_outputs, model_digest
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.deadline import stop_pool
-from setattn.molprop.featurize import featurize
+from setattn.molprop.featurize import featurize, one_blas_thread
 from setattn.molprop.inference import interval_spread, model_predictions, spread
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.model import MoleculeModel
@@ -87,15 +87,16 @@ def _featurise_chunk(smiles: Sequence[str], descriptor_dim: int, first_row: int,
     """The chunk's molecules, the offsets of the SMILES they came from, and one message
     per SMILES ("", "note: ..." or why it has no molecule)."""
     data, ok, messages = [], [], []
-    for offset, text in enumerate(smiles):
-        try:
-            data.append(featurize(text, descriptor_dim, row=first_row + offset, source=source,
-                                  max_heavy_atoms=max_heavy_atoms))
-            ok.append(offset)
-            note = molecule_note(text)
-            messages.append(f"note: {note}" if note else "")
-        except InvalidSmilesError as err:
-            messages.append(_message(err))
+    with one_blas_thread():
+        for offset, text in enumerate(smiles):
+            try:
+                data.append(featurize(text, descriptor_dim, row=first_row + offset,
+                                      source=source, max_heavy_atoms=max_heavy_atoms))
+                ok.append(offset)
+                note = molecule_note(text)
+                messages.append(f"note: {note}" if note else "")
+            except InvalidSmilesError as err:
+                messages.append(_message(err))
     return data, ok, messages
 
 

@@ -159,3 +159,30 @@ def test_packed_molecules_batches_equal_pyg_batch(tmp_path):
         ours, ref = packed.batch(indices), Batch.from_data_list([data[i] for i in indices])
         assert ours.num_graphs == len(indices)
         _same([ours], [ref])
+
+
+def test_featurising_keeps_numpy_blas_at_one_thread(monkeypatch):
+    """RDKit's AvgIpc multiplies matrices with numpy; featurising chunks limits BLAS to
+    one thread (a busy machine otherwise spins its threads) and restores it after."""
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    from setattn.molprop import featurize as featurize_module
+    from setattn.molprop import predict
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before, seen = blas_threads(), []
+    real = featurize_module.featurize
+
+    def spy(*args, **kwargs):
+        seen.append(blas_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(predict, "featurize", spy)
+    monkeypatch.setattr(featurize_module, "featurize", spy)
+    predict._featurise_chunk(["CCO", "c1ccccc1"], 0, 0, "x.csv", 300)
+    featurize_module._featurize_chunk(([0], ["CCO"], "x.csv", 0, 300))
+    assert len(seen) == 3 and all(threads == [1] * len(threads) for threads in seen)
+    assert blas_threads() == before and np.dot(np.ones(3), np.ones(3)) == 3.0
