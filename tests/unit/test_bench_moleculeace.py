@@ -1,0 +1,60 @@
+"""The MoleculeACE benchmark's pure parts: the validation tenth inside the authors' train
+rows, the validation report that never shows a test row, the scores, the paper's means."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture()
+def ace(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import moleculeace
+
+    return moleculeace
+
+
+def test_the_validation_part_is_a_tenth_of_the_train_rows(ace):
+    rows = ace.read_set("CHEMBL2835_Ki")
+    labels = ace.split_column(rows)
+    assert labels == ace.split_column(rows)  # seeded
+    train = sum(r["split"] == "train" for r in rows)
+    assert labels.count("val") == round(0.1 * train)
+    assert all((label == "test") == (r["split"] == "test") for r, label in zip(rows, labels))
+
+
+def test_a_validation_report_leaves_every_test_row_out(ace):
+    rows = ace.read_set("CHEMBL2835_Ki")
+    seen, labels = ace.report_rows(rows, "val")
+    test_smiles = {r["smiles"] for r in rows if r["split"] == "test"}
+    val = [r for r, label in zip(rows, ace.split_column(rows)) if label == "val"]
+    scored = [r for r in seen if r["split"] == "test"]
+    assert not test_smiles & {r["smiles"] for r in seen} - {r["smiles"] for r in val}
+    assert [r["smiles"] for r in scored] == [r["smiles"] for r in val]
+    assert labels.count("test") == len(val) and len(labels) == len(seen)
+
+
+def test_scores_are_rmse_and_cliff_rmse(ace):
+    rows = [{"smiles": "A", "y": 1.0, "cliff": True, "split": "test"},
+            {"smiles": "B", "y": 2.0, "cliff": False, "split": "test"},
+            {"smiles": "C", "y": 9.0, "cliff": True, "split": "train"}]
+    out = ace.scores(rows, {"A": 2.0, "B": 2.0})
+    assert out["cliff_rmse"] == 1.0 and abs(out["rmse"] - 0.5 ** 0.5) < 1e-12
+    with pytest.raises(RuntimeError, match="no prediction for 1 test molecules"):
+        ace.scores(rows, {"A": 2.0})
+
+
+def test_the_paper_means_are_the_published_ones(ace):
+    paper, names = ace.published(), ace.set_names()
+    assert len(names) == 24
+
+    def mean(method, key):
+        return round(statistics.mean(paper[(s, method)][key] for s in names), 3)
+
+    assert (mean("SVM + ECFP", "rmse"), mean("SVM + ECFP", "cliff_rmse")) == (0.671, 0.759)
+    assert (mean("GAT", "rmse"), mean("AttentiveFP", "rmse")) == (0.956, 1.197)
