@@ -417,7 +417,7 @@ def setattn_result(metrics: dict, run_dir: Path, metric: str) -> dict:
         "metric": float(metrics["test"][metric]),
         "network": _opt(parts.get("attention", {}).get(metric)),
         "kernel": _opt(parts.get("kernel_ridge", {}).get(metric)),
-        "coverage": _opt(uncertainty.get("coverage")),
+        "coverage": _opt(uncertainty.get("coverage")), "test_molecules": metrics["split"]["test"],
         "spearman": _opt(uncertainty.get("spearman")),
         "mean_width": _opt(uncertainty.get("mean_width")),
         "epochs": sum(m["epochs_run"] for m in metrics["models"]),

@@ -108,11 +108,17 @@ def test_quality_table_names_the_best_mean_and_the_seed_wins(bench):
 
 def test_interval_table_keeps_the_rows_with_intervals(bench):
     _, molecules = bench
-    records = [_record("setattn", s, 1.0, coverage=c, spearman=0.5, mean_width=2.0)
-               for s, c in ((10, 0.875), (11, 0.925))]
+    records = [_record("setattn", s, 1.0, coverage=c, spearman=0.5, mean_width=2.0,
+                       test_molecules=n) for s, c, n in ((10, 0.875, 40), (11, 0.95, 60))]
     records.append(_record("setattn", 10, 0.9, "tox21"))
-    (row,) = molecules.interval_table(records)["rows"]
-    assert row == ["freesolv", "random", "90.0 %", "0.500", "2.000"]
+    row, pooled = molecules.interval_table(records)["rows"]
+    # 35 + 57 of 100 molecules covered; an exact 90 % interval covers 84-95 of 100
+    assert row == ["freesolv", "random", "92.0 %", "100", "84.0-95.0 %, in", "0.500", "2.000"]
+    assert pooled[:5] == ["all rows", "", "92.0 %", "100", "84.0-95.0 %, in"]
+    records[1]["result"]["coverage"] = 0.1
+    assert molecules.interval_table(records)["rows"][0][4].endswith("OUT")
+    del records[0]["result"]["test_molecules"]
+    assert molecules.interval_table(records)["rows"][0][3:5] == ["-", "-"]
 
 
 def test_each_tool_goes_first_in_turn(bench):
@@ -166,7 +172,8 @@ def test_an_ensembles_shared_kernel_ridge_is_counted_once(bench, monkeypatch):
         member.kernel = kernel
         members.append(member)
     monkeypatch.setattr(jobs, "load_run", lambda run_dir: (members, None))
-    metrics = {"test": {"rmse": 1.0}, "models": [{"epochs_run": 7}] * 3, "train_seconds": 2.0}
+    metrics = {"test": {"rmse": 1.0}, "models": [{"epochs_run": 7}] * 3, "train_seconds": 2.0,
+               "split": {"train": 80, "val": 10, "test": 10}}
     result = jobs.setattn_result(metrics, Path("unused"), "rmse")
     assert result["kernel_numbers"] == 50 * 8 + 50
     assert result["parameters"] == 3 * 5 and result["epochs"] == 21
