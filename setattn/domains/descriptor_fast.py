@@ -3,27 +3,24 @@
 RDKit's Python descriptor functions (``rdkit.Chem.Descriptors``) each start from the
 molecule: the four EState extremes compute the EState indices four times with a
 Python double loop, the three Morgan densities build three fingerprints, BertzCT
-formats every distance of the molecule as text, the PEOE VSA bins compute Gasteiger
-charges a second time. The functions here compute each intermediate result once and
-vectorise the loops, in the order of operations of RDKit's code wherever
-floating-point rounding depends on it, so that
+formats every distance of the molecule as text. The functions here compute each
+intermediate result once and vectorise the loops, in the order of operations of RDKit's
+code wherever floating-point rounding depends on it, so that
 ``setattn.domains.descriptors.mol_descriptors`` gives exactly what RDKit's functions
-give (``tests/unit/test_descriptors.py`` compares the two on bundled molecules).
+give (``tests/unit/test_descriptors.py`` compares the two on bundled molecules). The
+Crippen, Labute and Gasteiger descriptors come from ``descriptor_lean.surface_functions``.
 """
 
 
 from __future__ import annotations
 
-import bisect
 import functools
 from typing import Any
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import rdMolDescriptors
 
-__all__ = ["atom_terms", "bertz_ct", "chi0_chi1", "estate_indices", "morgan_densities",
-           "peoe_vsa"]
+__all__ = ["atom_terms", "bertz_ct", "chi0_chi1", "estate_indices", "morgan_densities"]
 
 _PERIOD_ENDS = (2, 10, 18, 36, 54, 86)  # last atomic number of periods 1..6
 
@@ -178,17 +175,3 @@ def bertz_ct(mol: Chem.Mol) -> float:
     if not connections:
         connections = {"a": 1}
     return GraphDescriptors._CalculateEntropies(connections, types, n)
-
-
-def peoe_vsa(mol: Chem.Mol) -> np.ndarray:
-    """RDKit's ``PEOE_VSA_`` (14,): Labute surface area summed by Gasteiger charge bin,
-    from the charges ``MaxPartialCharge`` computed on ``mol`` (computed when absent)."""
-    from rdkit.Chem import Descriptors
-
-    Descriptors._ChargeDescriptors(mol)  # Gasteiger charges on the atoms, once per molecule
-    areas = rdMolDescriptors._CalcLabuteASAContribs(mol, True)[0]
-    out = np.zeros(len(_CHARGE_BINS) + 1, dtype=np.float64)
-    for i, area in enumerate(areas):
-        charge = mol.GetAtomWithIdx(i).GetDoubleProp("_GasteigerCharge")
-        out[bisect.bisect_right(_CHARGE_BINS, charge)] += area
-    return out

@@ -29,7 +29,7 @@ from rdkit.Chem import rdMolDescriptors, rdPartialCharges
 
 from setattn.domains.descriptor_fast import atom_terms, chi0_chi1, estate_indices
 
-__all__ = ["GRAPH_INDICES", "LEFT_OUT", "kept", "lean_functions"]
+__all__ = ["GRAPH_INDICES", "LEFT_OUT", "kept", "lean_functions", "surface_functions"]
 
 GRAPH_INDICES = ("AvgIpc", "BalabanJ", "BertzCT", "Chi2", "Chi3", "Chi4", "Kappa2", "Kappa3",
                  "Phi", "FpDensityMorgan", "NumRotatableBonds", "NumHAcceptors",
@@ -78,42 +78,60 @@ def _extremes(charges: list[float]) -> tuple[float, float]:
     return low, high
 
 
-def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
-    """Replacements for the shared-work descriptors of ``mol`` in the ``lean`` and
-    ``fast`` sets, by name.
+def surface_functions(mol: Chem.Mol) -> tuple[dict[str, Callable[[Chem.Mol], Any]],
+                                               np.ndarray]:
+    """The Crippen, Labute and Gasteiger descriptors of ``mol`` from one computation of
+    each, by name (``MolLogP``, ``MolMR``, the partial-charge extremes, ``SlogP_VSA*``,
+    ``SMR_VSA*``, ``PEOE_VSA*``), and the (N,) Labute areas of the atoms.
 
-    Computes the Crippen, Labute, Gasteiger and EState intermediates once; the
-    returned functions only read them.
+    Bit for bit what RDKit's functions give: the Crippen contributions of the molecule
+    with explicit hydrogens added up in atom order, as ``CalcCrippenDescriptors`` adds
+    them (a heavy atom's contribution is the same with or without the hydrogens, so the
+    VSA bins read the first N), and the charges read as ``_ChargeDescriptors`` reads them.
     """
     n = mol.GetNumAtoms()
-    crippen = np.array(rdMolDescriptors._CalcCrippenContribs(Chem.AddHs(mol)))  # (N + H, 2)
-    heavy = crippen[:n]  # (N, 2): a heavy atom's contribution is the same with or without Hs
+    crippen = rdMolDescriptors._CalcCrippenContribs(Chem.AddHs(mol))  # N + H (logp, mr)
+    logp = mr = 0.0
+    for atom_logp, atom_mr in crippen:  # in order: numpy's pairwise sum rounds otherwise
+        logp += atom_logp
+        mr += atom_mr
+    heavy = np.array(crippen[:n], dtype=np.float64).reshape(n, 2)  # (N, 2)
     areas = np.fromiter(rdMolDescriptors._CalcLabuteASAContribs(mol)[0], np.float64,
                         count=n)  # (N,): one pass over RDKit's vector, read once
     slogp, smr = _binned(heavy[:, 0], areas, _LOGP_BINS), _binned(heavy[:, 1], areas, _MR_BINS)
     charges = _charges(mol)
     low, high = _extremes(charges)
     peoe = _binned(charges, areas, _CHARGE_BINS)
+    fast: dict[str, Callable[[Chem.Mol], Any]] = {
+        "MolLogP": lambda m: logp, "MolMR": lambda m: mr,
+        "MaxPartialCharge": lambda m: high, "MinPartialCharge": lambda m: low,
+        "MaxAbsPartialCharge": lambda m: max(abs(low), abs(high)),
+        "MinAbsPartialCharge": lambda m: min(abs(low), abs(high)),
+    }
+    fast.update({f"SlogP_VSA{b + 1}": (lambda m, b=b: slogp[b]) for b in range(len(slogp))})
+    fast.update({f"SMR_VSA{b + 1}": (lambda m, b=b: smr[b]) for b in range(len(smr))})
+    fast.update({f"PEOE_VSA{b + 1}": (lambda m, b=b: peoe[b]) for b in range(len(peoe))})
+    return fast, areas
+
+
+def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
+    """Replacements for the shared-work descriptors of ``mol`` in the ``lean`` and
+    ``fast`` sets, by name: ``surface_functions``, and the EState descriptors from one
+    computation of the EState indices. The returned functions only read them.
+    """
+    fast, areas = surface_functions(mol)
     intrinsic, valence, radicals, degrees = atom_terms(mol)
     chi0, chi1 = chi0_chi1(mol, degrees)
     estate = estate_indices(mol, intrinsic)  # (N,)
     estate_vsa = _binned(estate, areas, _ESTATE_BINS)  # area by EState index
     vsa_estate = _binned(areas, estate, _VSA_BINS)  # EState index by area
     magnitudes = np.abs(estate)  # (N,)
-    logp, mr = float(crippen[:, 0].sum()), float(crippen[:, 1].sum())
-    fast: dict[str, Callable[[Chem.Mol], Any]] = {
-        "MolLogP": lambda m: logp, "MolMR": lambda m: mr,
-        "MaxPartialCharge": lambda m: high, "MinPartialCharge": lambda m: low,
-        "MaxAbsPartialCharge": lambda m: max(abs(low), abs(high)),
-        "MinAbsPartialCharge": lambda m: min(abs(low), abs(high)),
+    fast.update({
         "MaxAbsEStateIndex": lambda m: magnitudes.max(), "MaxEStateIndex": lambda m: estate.max(),
         "MinAbsEStateIndex": lambda m: magnitudes.min(), "MinEStateIndex": lambda m: estate.min(),
         "NumValenceElectrons": lambda m: valence, "NumRadicalElectrons": lambda m: radicals,
         "Chi0": lambda m: chi0, "Chi1": lambda m: chi1,
-    }
-    fast.update({f"SlogP_VSA{b + 1}": (lambda m, b=b: slogp[b]) for b in range(len(slogp))})
-    fast.update({f"SMR_VSA{b + 1}": (lambda m, b=b: smr[b]) for b in range(len(smr))})
-    fast.update({f"PEOE_VSA{b + 1}": (lambda m, b=b: peoe[b]) for b in range(len(peoe))})
+    })
     fast.update({f"EState_VSA{b + 1}": (lambda m, b=b: estate_vsa[b])
                  for b in range(len(estate_vsa))})
     fast.update({f"VSA_EState{b + 1}": (lambda m, b=b: vsa_estate[b])

@@ -27,9 +27,8 @@ from setattn.domains.descriptor_fast import (
     chi0_chi1,
     estate_indices,
     morgan_densities,
-    peoe_vsa,
 )
-from setattn.domains.descriptor_lean import kept, lean_functions
+from setattn.domains.descriptor_lean import kept, lean_functions, surface_functions
 
 # Left out: the slowest to compute (QED, SPS, the BCUT2D set); Ipc also overflows float32
 # on large molecules. AvgIpc (kept: the models use it) grows as N^4 with N heavy
@@ -123,8 +122,8 @@ def _once(fn: Callable[[Chem.Mol], Any]) -> Callable[[Chem.Mol], Any]:
 
 def _fast_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     """Replacements for the slowest RDKit descriptor functions by name, from
-    intermediate results computed once for ``mol`` (``descriptor_fast``); each gives
-    what RDKit's function gives.
+    intermediate results computed once for ``mol`` (``descriptor_fast``,
+    ``descriptor_lean.surface_functions``); each gives what RDKit's function gives.
 
     Sets ``mol._eStateIndices``, where RDKit's EState_VSA and VSA_EState functions read
     the indices instead of computing them again.
@@ -134,7 +133,7 @@ def _fast_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     estate = estate_indices(mol, intrinsic)  # (N,)
     mol._eStateIndices = estate  # RDKit's own cache of EStateIndices
     magnitudes = np.abs(estate)  # (N,)
-    morgan, peoe = _once(morgan_densities), _once(peoe_vsa)
+    morgan = _once(morgan_densities)
     fast: dict[str, Callable[[Chem.Mol], Any]] = {
         "MaxAbsEStateIndex": lambda m: magnitudes.max(), "MaxEStateIndex": lambda m: estate.max(),
         "MinAbsEStateIndex": lambda m: magnitudes.min(), "MinEStateIndex": lambda m: estate.min(),
@@ -142,7 +141,7 @@ def _fast_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
         "BertzCT": bertz_ct, "Chi0": lambda m: chi0, "Chi1": lambda m: chi1,
     }
     fast.update({f"FpDensityMorgan{r}": (lambda m, r=r: morgan(m)[r - 1]) for r in (1, 2, 3)})
-    fast.update({f"PEOE_VSA{b + 1}": (lambda m, b=b: peoe(m)[b]) for b in range(14)})
+    fast.update(surface_functions(mol)[0])  # Crippen, Labute, Gasteiger: once each
     return fast
 
 

@@ -23,8 +23,8 @@ from setattn.domains.descriptor_fast import (
     bertz_ct,
     estate_indices,
     morgan_densities,
-    peoe_vsa,
 )
+from setattn.domains.descriptor_lean import surface_functions
 from setattn.domains.descriptors import descriptor_count, descriptor_functions, mol_descriptors
 from setattn.domains.molecules import keep_largest_fragment
 
@@ -103,9 +103,12 @@ def test_one_morgan_fingerprint_gives_the_three_densities():
                                      Descriptors.FpDensityMorgan3(mol))
 
 
-def test_bertz_and_peoe_vsa_equal_rdkit():
-    for smiles in ("CC(C)Cc1ccc(cc1)C(C)C(=O)O", "C", "C=CC#N"):
+def test_bertz_and_the_surface_descriptors_equal_rdkit_bit_for_bit():
+    functions = dict(descriptor_functions())
+    for smiles in ("CC(C)Cc1ccc(cc1)C(C)C(=O)O", "C", "C=CC#N", "[O-][N+](=O)c1ccccc1Cl"):
         mol = Chem.MolFromSmiles(smiles)
         assert bertz_ct(Chem.Mol(mol)) == GraphDescriptors.BertzCT(Chem.Mol(mol))
-        np.testing.assert_array_equal(peoe_vsa(Chem.Mol(mol)),
-                                      np.array(Chem.rdMolDescriptors.PEOE_VSA_(mol)))
+        surface, areas = surface_functions(Chem.Mol(mol))
+        assert len(areas) == mol.GetNumAtoms()
+        for name, fn in surface.items():
+            assert fn(mol) == functions[name](Chem.MolFromSmiles(smiles)), (smiles, name)
