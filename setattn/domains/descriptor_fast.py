@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from rdkit import Chem
 
-__all__ = ["atom_terms", "bertz_ct", "chi0_chi1", "estate_indices", "morgan_densities"]
+__all__ = ["atom_terms", "balaban_j", "bertz_ct", "chi0_chi1", "estate_indices", "morgan_densities"]
 
 _PERIOD_ENDS = (2, 10, 18, 36, 54, 86)  # last atomic number of periods 1..6
 
@@ -127,6 +127,32 @@ def _neighbours(mol: Chem.Mol) -> tuple[dict, list[list[int]]]:
     return orders, neighbours
 
 
+def _balaban_matrix(mol: Chem.Mol) -> np.ndarray:
+    """(N, N) the bond-order distance matrix RDKit's ``BalabanJ`` caches on the molecule
+    (``mol._balabanMat``), computed when absent."""
+    dmat = getattr(mol, "_balabanMat", None)
+    if dmat is None:
+        dmat = Chem.GetDistanceMatrix(mol, useBO=True, useAtomWts=False, force=True,
+                                      prefix="Balaban")
+        mol._balabanMat = dmat
+    return dmat
+
+
+def balaban_j(mol: Chem.Mol) -> float:
+    """RDKit's ``BalabanJ``: the same matrices and terms, added in the same order,
+    without its Python double loop over atom pairs."""
+    dmat = _balaban_matrix(mol)  # (N, N)
+    adjacency = Chem.GetAdjacencyMatrix(mol, useBO=False, emptyVal=0, force=False,
+                                        prefix="NoBO")  # (N, N)
+    degrees = sum(dmat)  # (N,) RDKit's _VertexDegrees: the rows added in order
+    bonds = mol.GetNumBonds()
+    cycles = bonds - mol.GetNumAtoms() + 1
+    i, j = np.nonzero(np.triu(adjacency == 1))  # the pairs i <= j, in RDKit's loop order
+    terms = 1. / np.sqrt(degrees[i] * degrees[j])  # (P,)
+    total = np.cumsum(terms)[-1] if len(terms) else 0.0  # added one by one, as RDKit does
+    return float(bonds) / float(cycles + 1) * total if cycles + 1 != 0 else 0
+
+
 def _symmetry_classes(mol: Chem.Mol, cutoff: int = 100) -> list[int]:
     """RDKit's ``GraphDescriptors._AssignSymmetryClasses`` on the bond-order distance
     matrix ``BalabanJ`` caches (``mol._balabanMat``; computed when absent).
@@ -136,11 +162,7 @@ def _symmetry_classes(mol: Chem.Mol, cutoff: int = 100) -> list[int]:
     the same way except for a distance within rounding error of a tie (a fifth decimal
     of exactly 5), and bond-order distances are sums of 1/order (order 1, 1.5, 2, 3,
     ...: multiples of 1/60), which are never that close to one."""
-    dmat = getattr(mol, "_balabanMat", None)
-    if dmat is None:
-        dmat = Chem.GetDistanceMatrix(mol, useBO=True, useAtomWts=False, force=True,
-                                      prefix="Balaban")
-        mol._balabanMat = dmat
+    dmat = _balaban_matrix(mol)
     rows = np.round(np.sort(dmat, axis=1)[:, :cutoff], 4)  # (N, min(N, cutoff))
     seen: dict[bytes, int] = {}
     return [seen.setdefault(row.tobytes(), len(seen)) + 1 for row in rows]

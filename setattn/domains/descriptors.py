@@ -23,6 +23,7 @@ from torch import Tensor
 
 from setattn.domains.descriptor_fast import (
     atom_terms,
+    balaban_j,
     bertz_ct,
     chi0_chi1,
     estate_indices,
@@ -138,7 +139,8 @@ def _fast_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
         "MaxAbsEStateIndex": lambda m: magnitudes.max(), "MaxEStateIndex": lambda m: estate.max(),
         "MinAbsEStateIndex": lambda m: magnitudes.min(), "MinEStateIndex": lambda m: estate.min(),
         "NumValenceElectrons": lambda m: valence, "NumRadicalElectrons": lambda m: radicals,
-        "BertzCT": bertz_ct, "Chi0": lambda m: chi0, "Chi1": lambda m: chi1,
+        "BertzCT": bertz_ct, "BalabanJ": balaban_j, "Chi0": lambda m: chi0,
+        "Chi1": lambda m: chi1,
     }
     fast.update({f"FpDensityMorgan{r}": (lambda m, r=r: morgan(m)[r - 1]) for r in (1, 2, 3)})
     fast.update(surface_functions(mol)[0])  # Crippen, Labute, Gasteiger: once each

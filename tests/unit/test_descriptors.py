@@ -112,3 +112,12 @@ def test_bertz_and_the_surface_descriptors_equal_rdkit_bit_for_bit():
         assert len(areas) == mol.GetNumAtoms()
         for name, fn in surface.items():
             assert fn(mol) == functions[name](Chem.MolFromSmiles(smiles)), (smiles, name)
+
+
+def test_balaban_j_equals_rdkit_bit_for_bit():
+    from setattn.domains.descriptor_fast import balaban_j
+
+    for smiles in bundled_smiles(step=40) + EDGE_CASES:
+        mol = molecule(smiles)
+        if mol is not None:
+            assert balaban_j(Chem.Mol(mol)) == GraphDescriptors.BalabanJ(Chem.Mol(mol)), smiles
