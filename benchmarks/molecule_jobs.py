@@ -186,8 +186,9 @@ ANCHORS: dict[str, tuple[str, ...]] = {
     # chemprop with the normalised RDKit 2D descriptors of chemprop 1 (alias
     # --features-generators), concatenated to the learned representation
     "chemprop_rdkit": ("--molecule-featurizers", "v1_rdkit_2d_normalized"),
-    # chemprop at setattn's width: message passing and feed-forward hidden sizes 96
-    "chemprop_w96": ("--message-hidden-dim", "96", "--ffn-hidden-dim", "96"),
+    # chemprop at setattn's width, depth and batch: hidden 96, 1 message step, batches of 96
+    "chemprop_w96": ("--message-hidden-dim", "96", "--ffn-hidden-dim", "96", "--depth", "1",
+                     "--batch-size", "96"),
 }
 """The chemprop variants: name -> the flags beyond chemprop's defaults."""
 
@@ -284,7 +285,7 @@ def run_chemprop(data: Path, column: str, targets: tuple[str, ...], task: str,
                  run_dir: Path, seed: int, threads: int, flags: list[str], members: int = 1
                  ) -> tuple[dict, list[str], np.ndarray]:
     """Train one chemprop variant (an ensemble of ``members``) on one split: its costs
-    ``{"seconds", "fit_seconds" (summed), "epochs" (mean), "parameters", "members"}``,
+    ``{"seconds", "fit_seconds", "epochs" (both summed), "parameters", "members"}``,
     the SMILES and the (M, T) mean predictions of the rows labelled ``test``."""
     python = ensure_chemprop()
     timing = run_dir.parent / f"{run_dir.name}_fit.json"
@@ -295,7 +296,7 @@ def run_chemprop(data: Path, column: str, targets: tuple[str, ...], task: str,
                     CHEMPROP_FIT_JSON=str(timing))
     fits = [json.loads(line) for line in timing.read_text().splitlines()]
     fit = {"fit_seconds": sum(f["fit_seconds"] for f in fits), "members": len(fits),
-           "epochs": float(np.mean([f["epochs"] for f in fits])),
+           "epochs": sum(f["epochs"] for f in fits),
            "parameters": fits[0]["parameters"]}
     smiles, preds = read_predictions(run_dir, targets, members)
     return {"seconds": seconds, **fit}, smiles, preds
@@ -384,11 +385,8 @@ def save_result(out: Path, record: dict) -> None:
 
 
 def _metric(job: Job, smiles: list[str], preds: np.ndarray, tool: str) -> float:
-    """The set's metric of ``preds`` on the job's test rows, by setattn's ``evaluate``.
-
-    Raises:
-        RuntimeError: if the tool's test rows are not the job's.
-    """
+    """The set's metric of ``preds`` on the job's test rows, by setattn's ``evaluate``
+    (RuntimeError if the tool's test rows are not the job's)."""
     want, y = job.scored()
     if smiles != want:
         raise RuntimeError(f"{tool}'s test rows differ from column {job.column!r} of "
@@ -490,11 +488,12 @@ def run_job(job: Job, tool: str, settings: RunSettings, done: set[tuple]) -> dic
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     result = (_run_setattn(job, run_dir, settings) if tool == "setattn"
               else _run_anchor(job, tool, run_dir, settings))
-    train = job.counts()["train"]
-    result["mol_per_s"] = train * result["epochs"] / result["fit_seconds"]
+    seen = job.counts()["train"] * result["epochs"]  # molecules x epochs, all members
+    result["mol_per_s"], result["mol_per_s_all"] = (  # training; the whole run (featurising)
+        seen / result["fit_seconds"], seen / result["seconds"])
     record = {"dataset": job.dataset, "split": job.kind, "seed": job.seed,
-              "report": settings.report, "tool": tool, "flags": flags,
-              "metric_name": SETS[job.dataset].metric, "train": train, "result": result}
+              "report": settings.report, "tool": tool, "flags": flags, "metric_name":
+              SETS[job.dataset].metric, "train": job.counts()["train"], "result": result}
     save_result(settings.out, record)
     done.add(key)
     return record

@@ -27,7 +27,8 @@ fit times. Every tool runs with ``--threads`` CPU threads (default 1), setattn w
 feature cache off, one tool at a time.
 
 Cost, in turn (``--rounds R``): on the first seed's split of every (set, split), setattn's
-defaults, chemprop at setattn's width 96 (``chemprop_w96``) and chemprop's defaults run
+defaults, chemprop at setattn's width, depth and batch size (``chemprop_w96``: hidden 96,
+one message-passing step, batches of 96) and chemprop's defaults run
 one after another, the order rotating each round, R rounds; each ratio is taken within a
 round and the median printed, so that both sides of a ratio meet the same machine load.
 Training throughput = training molecules x epochs / training seconds (setattn: its
@@ -72,7 +73,7 @@ REPORT_SEEDS = (696, 707, 718, 753, 974)
 ANCHORS = ("chemprop", "chemprop_rdkit")
 ROUND_TOOLS = ("setattn", "chemprop_w96", "chemprop")
 NAMES = {"setattn": "setattn", "chemprop": "chemprop 2.3.1",
-         "chemprop_rdkit": "chemprop + rdkit_2d", "chemprop_w96": "chemprop width 96"}
+         "chemprop_rdkit": "chemprop + rdkit_2d", "chemprop_w96": "chemprop width 96, depth 1"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -170,7 +171,7 @@ def run_rounds(name: str, kind: str, seed: int, args: argparse.Namespace) -> Non
     spec = SETS[name]
     data, columns = _columns(name, [kind], [seed])
     for r in range(args.rounds):
-        settings = RunSettings(args.out / f"round{r}", "test", args.threads)
+        settings = round_settings(args.out / f"round{r}", args.threads)
         write_csv(settings.out / name / "data.csv", data, spec.targets, columns)
         job = split_data(name, data, kind, seed, settings, columns)
         done = {record_key(rec) for rec in load_results(settings.out)}
@@ -182,10 +183,16 @@ def run_rounds(name: str, kind: str, seed: int, args: argparse.Namespace) -> Non
                       f"(load average {load_average()})", file=sys.stderr, flush=True)
 
 
+def round_settings(out: Path, threads: int = 1) -> RunSettings:
+    """The cost rounds' settings: setattn's defaults, each chemprop run an ensemble of
+    setattn's default size."""
+    return RunSettings(out, "test", threads, anchor_ensemble=setattn_ensemble([]))
+
+
 def load_rounds(out: Path) -> dict[tuple[str, str, int], list[dict[str, dict]]]:
     """Saved rounds by (set, split, seed): per round, each tool's record; rounds missing
     one of the three tools are left out."""
-    plain = {t: tool_flags(t, RunSettings(out, "test", 1)) for t in ROUND_TOOLS}
+    plain = {t: tool_flags(t, round_settings(out)) for t in ROUND_TOOLS}
     groups: dict[tuple[str, str, int], list[dict[str, dict]]] = {}
     for folder in sorted(out.glob("round*"), key=lambda p: int(p.name[5:] or 0)):
         per: dict[tuple[str, str, int], dict[str, dict]] = {}
@@ -312,11 +319,14 @@ def round_row(name: str, kind: str, seed: int, rounds: list[dict[str, dict]]) ->
         return [r[tool]["result"][key] for r in rounds]
 
     ours, theirs = values("setattn", "mol_per_s"), values("chemprop_w96", "mol_per_s")
+    whole = [r["setattn"]["result"].get("mol_per_s_all", 0) / r["chemprop_w96"]["result"][
+        "mol_per_s_all"] for r in rounds if "mol_per_s_all" in r["chemprop_w96"]["result"]]
     ours_s, default_s = values("setattn", "seconds"), values("chemprop", "seconds")
     params = rounds[0]["setattn"]["result"]["parameters"]
     return [name, kind, str(seed), str(len(rounds)), f"{params:,}",
             f"{statistics.median(ours):.0f}", f"{statistics.median(theirs):.0f}",
             *_ratio_cells([a / b for a, b in zip(ours, theirs)]),
+            f"{statistics.median(whole):.2f}x" if whole else "-",
             f"{statistics.median(ours_s):.0f}", f"{statistics.median(default_s):.0f}",
             *_ratio_cells([b / a for a, b in zip(ours_s, default_s)])]
 
@@ -330,7 +340,8 @@ def cost_table(rounds: dict[tuple[str, str, int], list[dict[str, dict]]]) -> dic
                  "(throughput) and chemprop's defaults (wall time)",
                  ["data set", "split", "seed", "rounds", "setattn params",
                   "setattn train mol/s", "chemprop width 96 train mol/s", "throughput ratio",
-                  "its range", "setattn s/run", "chemprop s/run", "chemprop s / setattn s",
+                  "its range", "ratio, featurising counted", "setattn s/run", "chemprop s/run",
+                  "chemprop s / setattn s",
                   "its range"], rows,
                  "Ratios: median over rounds of the ratio within each round. setattn params: "
                  "trainable parameters of its ensemble (the kernel ridge's stored "

@@ -142,15 +142,22 @@ def test_cost_ratios_are_medians_of_the_rounds_ratios(bench):
               _round(6000.0, 3000.0, 20.0, 30.0)]
     row = molecules.round_row("esol", "random", 10, rounds)
     assert row[:5] == ["esol", "random", "10", "3", "7"]
-    assert row[5:9] == ["3000", "1000", "2.00x", "1.00x to 3.00x"]
-    assert row[9:] == ["20", "20", "1.50x", "0.50x to 2.00x"]
+    assert row[5:10] == ["3000", "1000", "2.00x", "1.00x to 3.00x", "-"]
+    assert row[10:] == ["20", "20", "1.50x", "0.50x to 2.00x"]
+    for r in rounds:  # the whole run, featurising counted: setattn 2x, 0.5x, 1x as fast
+        for tool, s in (("setattn", r["setattn"]["result"]["seconds"]), ("chemprop_w96", 20.0)):
+            r[tool]["result"]["mol_per_s_all"] = 1000.0 / s
+    assert molecules.round_row("esol", "random", 10, rounds)[9] == "1.00x"
+    rounds[1]["setattn"]["result"]["mol_per_s_all"] = 200.0  # 4x: ratios 2, 4, 1
+    assert molecules.round_row("esol", "random", 10, rounds)[9] == "2.00x"
 
 
 def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, tmp_path):
     jobs, molecules = bench
     wide = " ".join(jobs.ANCHORS["chemprop_w96"])
-    full = [dict(_record("setattn", 10, 1.0)), dict(_record("chemprop", 10, 2.0)),
-            {**_record("chemprop_w96", 10, 2.0), "flags": wide}]
+    full = [dict(_record("setattn", 10, 1.0)),
+            {**_record("chemprop", 10, 2.0), "flags": "--ensemble-size 3"},
+            {**_record("chemprop_w96", 10, 2.0), "flags": wide + " --ensemble-size 3"}]
     partial = full[:2] + [_record("chemprop_w96", 10, 2.0)]  # w96 without its flags
     for r, records in enumerate([full, partial, full]):
         (tmp_path / f"round{r}").mkdir()
