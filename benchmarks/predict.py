@@ -307,12 +307,13 @@ def chemprop_cases(data: Path, tiny: Path, work: Path) -> dict[str, dict]:
 
 def speed_rows(cases: dict[str, dict], n: int, anchor: str) -> list[list[str]]:
     """One row per case of ``n`` molecules: seconds, mol/s with and without the case's
-    start-up (10 molecules), and the speed against ``anchor``."""
+    start-up (10 molecules; "-" where the run took less than a second beyond it, too
+    little to divide by), and the speed against ``anchor``."""
     base, rows = cases[anchor]["seconds"], []
     for name, r in cases.items():
         work = r["seconds"] - r["startup"]
         rows.append([name, f"{r['rows']:,}", f"{r['seconds']:.1f}", f"{r['startup']:.1f}",
-                     f"{n / r['seconds']:,.0f}", f"{n / work:,.0f}" if work > 0 else "-",
+                     f"{n / r['seconds']:,.0f}", f"{n / work:,.0f}" if work >= 1 else "-",
                      f"{base / r['seconds']:.2f}x"])
     return rows
 
@@ -428,7 +429,8 @@ def main(argv: list[str] | None = None) -> None:
     tables = [graphs, descriptors,
               speed_table(f"setattn predict, {n:,} drug-like molecules", setattn, n, anchor,
                           "the demo model; a new cache folder for each cold run, "
-                          "the same folder again for its warm run")]
+                          "the same folder again for its warm run, which reads the cached "
+                          "features and predictions")]
     if chemprop:
         tables.append(speed_table(f"chemprop predict, the same {n:,} molecules", chemprop, n,
                                   "chemprop", "chemprop 2.3.1, one model, 1 thread"))
