@@ -172,7 +172,9 @@ def one_blas_thread() -> AbstractContextManager:
     spins its threads on a busy machine, and with several featurising processes the
     cores are busy by construction (RDKit's descriptors of 300 drug-like molecules at a
     load average of 5: 109 ms per molecule with OpenBLAS's default threads, 17 with
-    one). torch's own threads are not affected.
+    one). torch's own threads are not affected. The limit holds for the whole process
+    while it lasts (threadpoolctl): calls overlapping in threads (``setattn serve``) may
+    restore it out of order and leave BLAS at one thread, which costs nothing there.
     """
     from threadpoolctl import threadpool_limits
 
