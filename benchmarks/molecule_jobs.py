@@ -209,7 +209,7 @@ def timed_fit(self, model, *args, **kwargs):
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     with open(os.environ["CHEMPROP_FIT_JSON"], "a") as f:
         f.write(json.dumps({"fit_seconds": seconds, "epochs": self.current_epoch,
-                            "parameters": params}) + "\n")
+                            "parameters": params}) + "\\n")
     return out
 
 pl.Trainer.fit = timed_fit

@@ -266,3 +266,11 @@ def test_paired_comparison_counts_seeds_and_tests_the_differences(bench):
     mean, won, _ = molecules.paired(ours, theirs, "roc_auc")
     assert (mean, won) == ("-0.220", "1/5")
     assert molecules.paired(ours, [], "rmse") == ["-", "-", "-"]
+
+
+def test_the_chemprop_timing_wrapper_compiles_and_appends_a_line_per_member(bench, tmp_path):
+    jobs, _ = bench
+    code = compile(jobs.CHEMPROP_TIMED, "chemprop_timed", "exec")  # a syntax error fails here
+    assert "timed_fit" in code.co_names
+    body = jobs.CHEMPROP_TIMED.split("def timed_fit")[1].split("return out")[0]
+    assert 'open(os.environ["CHEMPROP_FIT_JSON"], "a")' in body and '"\\n"' in body
