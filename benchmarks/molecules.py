@@ -406,8 +406,8 @@ def summary(quality: dict, cost: dict) -> str:
 def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) -> dict:
     """The molecules record of the saved runs (test part) and cost rounds."""
     quality, cost = quality_table(records, args.report), cost_table(rounds)
-    tables = [quality, paired_table(records), interval_table(records)] + (
-        [cost] if cost["rows"] else [])
+    tables = [t for t in (quality, paired_table(records), interval_table(records), cost)
+              if t["rows"]]
     raw = {"runs": records,
            "rounds": [{"round": i, **rec} for found in rounds.values()
                       for i, tools in enumerate(found) for rec in tools.values()]}
