@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, tox21_slice
+from rdkit import Chem
 
+from setattn.domains.descriptors import descriptor_count
 from setattn.molprop import MoleculePredictor
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
@@ -290,3 +292,22 @@ def test_load_names_its_keyword(tmp_path):
                                                 "run directory") as info:
         MoleculePredictor.load(tmp_path)
     assert "--" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["lean", "fast"])
+def test_a_smaller_descriptor_set_is_read_back_from_the_saved_model(freesolv, tmp_path,
+                                                                     capsys, kind):
+    smiles, expt = _columns(freesolv, "smiles", "expt")
+    model = MoleculePredictor(descriptors=kind, verbose=False, **OPTIONS)
+    model.fit(smiles, np.array(expt, float))
+    assert model.models_[0].config.descriptor_dim == descriptor_count(kind)
+    saved = model.save(tmp_path / "saved")
+    again = MoleculePredictor.load(saved)
+    assert again.get_params()["descriptors"] == kind
+    assert np.array_equal(again.predict(smiles), model.predict(smiles))
+    status, _, _ = run(["predict", "--model", saved, "--data", freesolv,
+                        "--output", tmp_path / "preds.csv", "--device", "cpu"], capsys)
+    assert status == 0
+    np.testing.assert_allclose(_cells(tmp_path / "preds.csv", "y"),
+                               model.predict(smiles)[:, 0], rtol=1e-7)
+    assert model.explain(smiles[0]).shape == (Chem.MolFromSmiles(smiles[0]).GetNumAtoms(),)
