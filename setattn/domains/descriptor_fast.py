@@ -24,8 +24,6 @@ __all__ = ["atom_terms", "balaban_j", "bertz_ct", "chi0_chi1", "estate_indices",
 
 _PERIOD_ENDS = (2, 10, 18, 36, 54, 86)  # last atomic number of periods 1..6
 
-# RDKit's MolSurf.chgBins: the PEOE_VSA bin edges (Gasteiger charge)
-_CHARGE_BINS = (-.3, -.25, -.20, -.15, -.10, -.05, 0, .05, .10, .15, .20, .25, .30)
 
 
 def _principal_quantum_number(atomic_number: int) -> int:

@@ -20,12 +20,13 @@ on a freshly parsed molecule up to floating-point summation order
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import rdMolDescriptors, rdPartialCharges
+from rdkit.Chem import MolSurf, rdMolDescriptors, rdPartialCharges
+from rdkit.Chem.EState import EState_VSA
 
 from setattn.domains.descriptor_fast import atom_terms, chi0_chi1, estate_indices
 
@@ -39,14 +40,6 @@ GRAPH_INDICES = ("AvgIpc", "BalabanJ", "BertzCT", "Chi2", "Chi3", "Chi4", "Kappa
 LEFT_OUT = {"lean": GRAPH_INDICES, "fast": ("fr_", *GRAPH_INDICES)}
 """Name prefixes of the ``rdkit`` descriptors each set leaves out."""
 
-# RDKit's MolSurf.logpBins, MolSurf.mrBins and MolSurf.chgBins (bin edges)
-_LOGP_BINS = (-0.4, -0.2, 0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
-_MR_BINS = (1.29, 1.82, 2.24, 2.45, 2.75, 3.05, 3.63, 3.8, 4.0)
-_CHARGE_BINS = (-.3, -.25, -.20, -.15, -.10, -.05, 0, .05, .10, .15, .20, .25, .30)
-# RDKit's EState_VSA.estateBins and EState_VSA.vsaBins
-_ESTATE_BINS = (-0.39, 0.29, 0.717, 1.165, 1.54, 1.807, 2.05, 4.69, 9.17, 15.0)
-_VSA_BINS = (4.78, 5.0, 5.41, 5.74, 6.0, 6.07, 6.45, 7.0, 11.0)
-
 
 def kept(name: str, kind: str) -> bool:
     """Whether the ``rdkit`` descriptor ``name`` is in the set ``kind`` ("lean" or
@@ -54,7 +47,7 @@ def kept(name: str, kind: str) -> bool:
     return not name.startswith(LEFT_OUT[kind])
 
 
-def _binned(values: Any, areas: Any, bins: tuple[float, ...]) -> np.ndarray:
+def _binned(values: Any, areas: Any, bins: Sequence[float]) -> np.ndarray:
     """(B + 1,) surface area summed by the bin each atom's value falls in (RDKit's
     rule, ``bisect.bisect_right``: bin i holds bins[i - 1] <= value < bins[i]; NaN goes
     to the last bin). ``np.bincount`` adds the areas in atom order, as RDKit does."""
@@ -98,10 +91,11 @@ def surface_functions(mol: Chem.Mol) -> tuple[dict[str, Callable[[Chem.Mol], Any
     heavy = np.array(crippen[:n], dtype=np.float64).reshape(n, 2)  # (N, 2)
     areas = np.fromiter(rdMolDescriptors._CalcLabuteASAContribs(mol)[0], np.float64,
                         count=n)  # (N,): one pass over RDKit's vector, read once
-    slogp, smr = _binned(heavy[:, 0], areas, _LOGP_BINS), _binned(heavy[:, 1], areas, _MR_BINS)
+    slogp, smr = (_binned(heavy[:, 0], areas, MolSurf.logpBins),
+                  _binned(heavy[:, 1], areas, MolSurf.mrBins))
     charges = _charges(mol)
     low, high = _extremes(charges)
-    peoe = _binned(charges, areas, _CHARGE_BINS)
+    peoe = _binned(charges, areas, MolSurf.chgBins)
     fast: dict[str, Callable[[Chem.Mol], Any]] = {
         "MolLogP": lambda m: logp, "MolMR": lambda m: mr,
         "MaxPartialCharge": lambda m: high, "MinPartialCharge": lambda m: low,
@@ -123,8 +117,8 @@ def lean_functions(mol: Chem.Mol) -> dict[str, Callable[[Chem.Mol], Any]]:
     intrinsic, valence, radicals, degrees = atom_terms(mol)
     chi0, chi1 = chi0_chi1(mol, degrees)
     estate = estate_indices(mol, intrinsic)  # (N,)
-    estate_vsa = _binned(estate, areas, _ESTATE_BINS)  # area by EState index
-    vsa_estate = _binned(areas, estate, _VSA_BINS)  # EState index by area
+    estate_vsa = _binned(estate, areas, EState_VSA.estateBins)  # area by EState index
+    vsa_estate = _binned(areas, estate, EState_VSA.vsaBins)  # EState index by area
     magnitudes = np.abs(estate)  # (N,)
     fast.update({
         "MaxAbsEStateIndex": lambda m: magnitudes.max(), "MaxEStateIndex": lambda m: estate.max(),
