@@ -53,6 +53,7 @@ from torch_geometric.data import Data
 
 from setattn.domains.descriptors import DescriptorTimeout, mol_descriptors
 from setattn.domains.errors import InvalidSmilesError, MoleculeSkippedError, short_smiles
+from setattn.domains.fingerprints import count_fingerprint
 from setattn.domains.isotopes import strip_isotopes
 
 __all__ = [
@@ -437,6 +438,7 @@ def mol_to_data(
         descriptors: also compute the RDKit 2D descriptors of the molecule
             (``setattn.domains.descriptors``) from the same parse, as ``descriptors``:
             a set's name ("fast", "lean" or "rdkit"), True for "rdkit"; False or None: none.
+            The Morgan count fingerprint (``setattn.domains.fingerprints``) comes with them.
         row: the file row the molecule came from, carried into errors.
         source: the file name it came from, carried into errors.
         max_heavy_atoms: refuse molecules (the kept fragment) with more heavy atoms.
@@ -450,7 +452,8 @@ def mol_to_data(
         ``edge_index`` (2, E) long, E = 2 * bonds, row 0 = source, row 1 = target;
         ``edge_attr`` (E, BOND_FEATURE_DIM) float32;
         for ``graph="complete"``: ``dist`` (N * N,) long, target-major;
-        with ``descriptors``: ``descriptors`` (1, F_desc) float32.
+        with ``descriptors``: ``descriptors`` (1, F_desc) float32 and ``fingerprint``
+        (1, BITS) uint8 Morgan counts.
         A single atom gives ``edge_index`` of shape (2, 0).
 
     Raises:
@@ -483,6 +486,7 @@ def mol_to_data(
                 smiles, f"featurisation took over {time_budget:g} s, the time budget per "
                 f"molecule (stopped at the descriptor {err.descriptor})", row=row,
                 source=source) from None
+        data.fingerprint = count_fingerprint(mol)  # (1, BITS)
     return data
 
 

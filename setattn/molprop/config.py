@@ -104,6 +104,9 @@ class RunConfig:
             molecules or where its fit would not fit in memory; "on" refuses those runs
             before training, and also blends one into classification models with
             several tasks; "off".
+        kernel_fingerprints: "on" stacks a kernel ridge on Morgan count fingerprints
+            with the descriptor kernel ridge (``setattn.molprop.fingerprint_kernel``);
+            "off" keeps the descriptor one alone.
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -138,6 +141,10 @@ class RunConfig:
                                "run where it cannot, and blend one into classification "
                                "with several tasks too)",
                                choices=["auto", "on", "off"])
+    kernel_fingerprints: str = option("on", "stack a kernel ridge on Morgan count "
+                                      "fingerprints with the descriptor kernel ridge, "
+                                      "weighted by their leave-one-out errors (off: the "
+                                      "descriptor kernel ridge alone)", choices=["on", "off"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int,
                                   bounds=Range(1, largest=RUN_BOUNDS["max_heavy_atoms"]))
@@ -172,6 +179,9 @@ class RunConfig:
         if self.kernel_ridge not in ("auto", "on", "off"):
             raise SettingError("kernel_ridge", f"must be auto, on or off, got "
                                f"{self.kernel_ridge!r}")
+        if self.kernel_fingerprints not in ("on", "off"):
+            raise SettingError("kernel_fingerprints", f"must be on or off, got "
+                               f"{self.kernel_fingerprints!r}")
         if self.kernel_ridge == "on" and not self.model.descriptor_dim:
             raise SettingError("kernel_ridge", "on needs descriptors (it regresses on them), "
                                "not descriptors none", colon=True)

@@ -12,7 +12,10 @@ known per-atom truth by ``benchmarks/attribution.py``:
   both tasks): captum's integrated gradients from all-zero atom features
   and all-zero descriptors (the empty molecule); each descriptor's attribution is
   carried to the atoms by ``descriptor_shares`` (exact for additive descriptors such as
-  logP, TPSA, fragment counts; even for the others). The contributions sum to the
+  logP, TPSA, fragment counts; even for the others), and where the model stacks a
+  fingerprint kernel ridge, its Morgan counts walk from zero as well, each slot's
+  attribution carried to the atoms of the environments that set it
+  (``fingerprint_shares``). The contributions sum to the
   prediction minus the baseline's prediction, up to captum's convergence delta.
 - ``occlusion``: the prediction minus the prediction of the molecule with the atom
   replaced by a dummy atom (``*``, no hydrogens, bonds kept), re-featurised from the
@@ -41,6 +44,7 @@ from torch_geometric.data import Batch, Data
 
 from setattn.domains.descriptor_atoms import descriptor_shares
 from setattn.domains.descriptors import descriptor_set
+from setattn.domains.fingerprints import fingerprint_shares
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data, parse_smiles
 from setattn.explain import (
     Attribution,
@@ -208,13 +212,16 @@ def _attribute(models: list[MoleculeModel], mol: Chem.Mol, data: Data, method: s
                          note="prediction minus the prediction with the atom replaced by a "
                          "dummy atom (*, no hydrogens), re-featurised with its descriptors")
     if method == "integrated-gradients":
-        shares = ()
+        inputs, shares = [], []
         if uses_descriptors:
             split, _ = descriptor_shares(mol, data.descriptors[0].double().numpy(), kind)
-            shares = (torch.from_numpy(split).float(),)
-        return integrated_gradients(
-            forward, data, target, graph_inputs=("descriptors",) if uses_descriptors else (),
-            node_shares=shares)
+            inputs.append("descriptors")
+            shares.append(torch.from_numpy(split).float())
+        if models[0].fingerprint_kernel is not None:  # the slots' counts walk from zero too
+            inputs.append("fingerprint")
+            shares.append(torch.from_numpy(fingerprint_shares(mol)).float())
+        return integrated_gradients(forward, data, target, graph_inputs=inputs,
+                                    node_shares=shares)
     if method == "readout":  # the molecule model has no sum over atoms: a clear error
         return readout_contributions(models[0], data, target)
     if method == "attention":

@@ -60,11 +60,12 @@ __all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "content_checksum"
            "featurize_csv"]
 
 
-FEATURIZER_VERSION = 4
+FEATURIZER_VERSION = 5
 """Bump when ``mol_to_data`` or the descriptors change: old cache entries are then unused.
 2: chirality is the CIP label (R/S), not the atom-order-dependent CW/CCW tag.
 3: a SMILES with whitespace inside is invalid (RDKit read "C CO" as methane).
-4: isotopes are stripped (``setattn.domains.isotopes``), with a note."""
+4: isotopes are stripped (``setattn.domains.isotopes``), with a note.
+5: Morgan count fingerprints come with the descriptors."""
 
 
 PARALLEL_MIN = 2000
@@ -93,7 +94,7 @@ def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
 
     Returns:
         ``Data`` with ``x``, ``edge_index``, ``edge_attr``, ``smiles`` and, with
-        ``descriptor_dim``, ``descriptors`` (1, F_desc).
+        ``descriptor_dim``, ``descriptors`` (1, F_desc) and ``fingerprint`` (1, BITS).
 
     Raises:
         InvalidSmilesError: for an empty or unparsable SMILES; ``MoleculeSkippedError``
@@ -214,7 +215,8 @@ def _concat(parts: list[dict], descriptor_dim: int) -> dict:
     out = {"smiles": [s for p in parts for s in p["smiles"]],
            "row": torch.cat([p["row"] for p in parts]),
            "notes": [n for p in parts for n in p["notes"]]}
-    for key in ("x", "edge_attr", *(("descriptors",) if descriptor_dim else ())):
+    keys = ("descriptors", "fingerprint") if descriptor_dim else ()
+    for key in ("x", "edge_attr", *keys):
         nonempty = [p[key] for p in parts if p[key].numel()]
         out[key] = torch.cat(nonempty) if nonempty else parts[0][key]
     out["edge_index"] = torch.cat([p["edge_index"] for p in parts], 1)

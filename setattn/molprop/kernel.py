@@ -72,9 +72,9 @@ def _distances(a: Tensor, b: Tensor, norm: int) -> Tensor:
                      f"got {norm}")
 
 
-def _loo_fits(kernel: Tensor, y: Tensor, ridges: Sequence[float] = RIDGES
-              ) -> list[tuple[float, float, Tensor]]:
-    """Leave-one-out mean squared error and dual weights for every ridge.
+def loo_fits(kernel: Tensor, y: Tensor, ridges: Sequence[float] = RIDGES
+             ) -> list[tuple[float, float, Tensor, Tensor]]:
+    """Leave-one-out mean squared error, dual weights and residuals for every ridge.
 
     Args:
         kernel: (L, L) float64 kernel of the labelled molecules.
@@ -82,7 +82,8 @@ def _loo_fits(kernel: Tensor, y: Tensor, ridges: Sequence[float] = RIDGES
         ridges: the ridges to try (default ``RIDGES``).
 
     Returns:
-        One (loo_mse, ridge, alpha (L,)) per ridge.
+        One (loo_mse, ridge, alpha (L,), residuals (L,)) per ridge: residual i is y_i
+        minus its prediction by the fit without molecule i.
     """
     eigval, eigvec = torch.linalg.eigh(kernel)  # (L,), (L, L): the one O(L^3) step
     coef = eigvec.T @ y  # (L,) the targets in the eigenbasis
@@ -92,7 +93,7 @@ def _loo_fits(kernel: Tensor, y: Tensor, ridges: Sequence[float] = RIDGES
         inverse = 1.0 / (eigval + ridge)  # (L,) its eigenvalues
         alpha = eigvec @ (inverse * coef)  # (L,)
         loo = alpha / (weights @ inverse)  # (L,) y_i minus its prediction without i
-        fits.append((float(loo.square().mean()), ridge, alpha))
+        fits.append((float(loo.square().mean()), ridge, alpha, loo))
     return fits
 
 
@@ -120,7 +121,7 @@ def _labelled(y: Tensor, names: Sequence[str] | None) -> list[Tensor]:
     return labelled
 
 
-def _solve(kernel: Tensor, y: Tensor, ridge: float) -> Tensor:
+def solve(kernel: Tensor, y: Tensor, ridge: float) -> Tensor:
     """(L,) dual weights ``(K + ridge I)^-1 y`` of an (L, L) float64 kernel, by Cholesky."""
     factor = torch.linalg.cholesky(kernel + ridge * torch.eye(len(y), dtype=kernel.dtype,
                                                                 device=kernel.device))
@@ -150,6 +151,10 @@ class KernelRidge(nn.Module):
         self.register_buffer("ridge", torch.tensor(RIDGES[0], dtype=torch.float64))  # ()
         self.register_buffer("norm", torch.tensor(float(RBF), dtype=torch.float64))  # ()
         self._spread: tuple | None = None  # posterior_std's (key, centres, factor)
+        # set by ``fit``: per task, the searched rows (L,) with whether they are a sample,
+        # and the chosen fit's leave-one-out residuals (L,) (for ``stack_weights``)
+        self.searched: list[tuple[Tensor, bool]] = []
+        self.loo_residuals: list[Tensor] = []
 
     def _standardise(self, d: Tensor) -> Tensor:
         return ((d - self.mean) / self.std).clamp(-CLIP, CLIP)  # (G, F)
@@ -209,21 +214,23 @@ class KernelRidge(nn.Module):
             if norm != norm_of:
                 distances, norm_of = None, norm  # free the last one first
                 distances = _distances(z, z, norm)  # (M, M)
-            per_task = [_loo_fits(torch.exp(-gamma / f * distances[rows][:, rows]),
+            per_task = [loo_fits(torch.exp(-gamma / f * distances[rows][:, rows]),
                                   y[rows, t].double() - offsets[t], ridges)
                         for t, (rows, _) in enumerate(searched)]  # T x [(mse, ridge, alpha)]
             for r, ridge in enumerate(ridges):
                 mse = sum(fits[r][0] for fits in per_task) / len(per_task)
                 if best is None or mse < best[0]:
-                    best = (mse, norm, gamma, ridge, [fits[r][2] for fits in per_task])
-        mse, norm, gamma, ridge, alphas = best
+                    best = (mse, norm, gamma, ridge, [fits[r][2] for fits in per_task],
+                            [fits[r][3] for fits in per_task])
+        mse, norm, gamma, ridge, alphas, self.loo_residuals = best
+        self.searched = searched
         if any(sampled for _, sampled in searched) and norm != norm_of:
             distances = _distances(z, z, norm)  # (M, M) the chosen kernel's
         self.alpha.zero_()
         for t, ((rows, sampled), alpha) in enumerate(zip(searched, alphas)):
             if sampled:  # searched on a sample: the chosen pair solved on every label
                 rows = labelled[t].nonzero()[:, 0]  # (L,)
-                alpha = _solve(torch.exp(-gamma / f * distances[rows][:, rows]),
+                alpha = solve(torch.exp(-gamma / f * distances[rows][:, rows]),
                                y[rows, t].double() - offsets[t], ridge)  # (L,)
             self.alpha[rows, t] = alpha.to(self.alpha.dtype)
         self.offset.copy_(torch.tensor(offsets, device=device))

@@ -9,8 +9,10 @@ The layers::
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
              [++ molecule descriptors (G, F_desc)]
     head: Linear -> ReLU -> Dropout -> Linear -> (G, T)
-    [kernel_size > 0: prediction = (head + KernelRidge(descriptors)) / 2; for classification
-     the mean of the two probabilities, the kernel ridge's score fitted to the 0/1 labels]
+    [kernel_size > 0: prediction = (head + kernel) / 2, kernel = KernelRidge(descriptors),
+     or with ``fingerprint_kernel`` w KernelRidge(descriptors) + (1 - w)
+     FingerprintRidge(fingerprint), w per task; for classification the mean of the two
+     probabilities, the kernel ridges' scores fitted to the 0/1 labels]
 
 Regression outputs are in standardised target units (the trainer scales them back);
 classification outputs are logits, one per task. The readout's attention weights
@@ -33,7 +35,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
+from setattn.domains.fingerprints import BITS
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
+from setattn.molprop.fingerprint_kernel import FingerprintRidge
 from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.limits import MODEL_BOUNDS
 from setattn.molprop.options import (
@@ -71,6 +75,9 @@ class MoleculeModelConfig:
         bond_dim: F_bond, bond feature width (one more slot marks self loops).
         kernel_size: M, training molecules of the descriptor kernel ridge blended into
             the predictions (0: none; needs descriptors).
+        fingerprint_kernel: stack a kernel ridge on Morgan count fingerprints
+            (``setattn.molprop.fingerprint_kernel``) with the descriptor kernel ridge
+            (needs ``kernel_size``); batches then carry ``fingerprint`` (G, BITS).
         global_layers: how many of the last graph attention layers are each followed by
             a global attention block over all atoms of the molecule (0: none).
         max_hops: K of the global blocks' distance bias: bond distances of K or more
@@ -95,6 +102,7 @@ class MoleculeModelConfig:
     atom_dim: int = bounded(ATOM_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["atom_dim"]))
     bond_dim: int = bounded(BOND_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["bond_dim"]))
     kernel_size: int = bounded(0, Range(0, largest=MODEL_BOUNDS["kernel_size"]))
+    fingerprint_kernel: bool = False
     global_layers: int = option(0, "follow each of the last N graph attention layers by "
                                 "global attention over all atoms of the molecule, biased "
                                 "by bond distance", type=int)
@@ -133,6 +141,9 @@ class MoleculeModelConfig:
         if self.kernel_size and not self.descriptor_dim:
             raise SettingError("kernel_size", "needs descriptors (the kernel ridge regresses "
                                "on them)")
+        if self.fingerprint_kernel and not self.kernel_size:
+            raise SettingError("fingerprint_kernel", "needs kernel_size (it is stacked with "
+                               "the descriptor kernel ridge)")
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:
@@ -212,6 +223,11 @@ class MoleculeModel(nn.Module):
         self.register_buffer("descriptor_std", torch.ones(c.descriptor_dim))  # (F_desc,)
         self.kernel = (KernelRidge(c.kernel_size, c.descriptor_dim, c.num_tasks)
                        if c.kernel_size else None)
+        self.fingerprint_kernel = None
+        if c.fingerprint_kernel:
+            self.fingerprint_kernel = FingerprintRidge(c.kernel_size, c.num_tasks, BITS)
+            # (T,) weight of the descriptor kernel ridge against the fingerprint one
+            self.register_buffer("kernel_mix", torch.ones(c.num_tasks))
         # () weight of the network in ``predict``
         self.register_buffer("blend", torch.tensor(KERNEL_BLEND if c.kernel_size else 1.0))
 
@@ -246,8 +262,18 @@ class MoleculeModel(nn.Module):
 
     def kernel_outputs(self, batch) -> Tensor:
         """(G, T) the kernel ridge's predictions (needs ``kernel_size``): standardised
-        targets (regression) or scores fitted to the 0/1 labels (classification)."""
-        return self.kernel(batch.descriptors)
+        targets (regression) or scores fitted to the 0/1 labels (classification); with
+        ``fingerprint_kernel``, the descriptor and fingerprint ones stacked by
+        ``kernel_mix``."""
+        out = self.kernel(batch.descriptors)  # (G, T)
+        if self.fingerprint_kernel is None:
+            return out
+        if "fingerprint" not in batch:
+            raise ValueError("this model stacks a fingerprint kernel ridge: its molecules "
+                             "need Morgan count fingerprints (featurise them with "
+                             "setattn.molprop.featurize, which adds them with descriptors)")
+        fingerprint = self.fingerprint_kernel(batch.fingerprint).to(out)  # (G, T)
+        return self.kernel_mix * out + (1 - self.kernel_mix) * fingerprint  # (G, T)
 
     def kernel_as_outputs(self, kernel_out: Tensor) -> Tensor:
         """(G, T) ``kernel_outputs`` in the units of the forward pass: as they are

@@ -47,15 +47,15 @@ from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.epoch_log import EpochLog
 from setattn.molprop.failures import report_failures, skipped_rows
 from setattn.molprop.featurize import featurize_csv
-from setattn.molprop.kernel import KernelRidge
+from setattn.molprop.kernel_fit import Kernels, fit_kernel
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig, target_scaling
+from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
 from setattn.molprop.options import SettingError
 from setattn.molprop.reports import ensemble_scores
 from setattn.molprop.run_files import RunLock, check_not_destination
 from setattn.viz import plot_training_curve
 
-__all__ = ["fit_kernel", "run_training"]
+__all__ = ["run_training"]
 
 Log = Callable[[str], None]
 
@@ -148,29 +148,6 @@ def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
     if note:
         log(note)
     return size
-
-
-def fit_kernel(train: Sequence[Data], config: MoleculeModelConfig,
-               names: Sequence[str], **search: object) -> tuple[KernelRidge, dict]:
-    """The kernel ridge of a model, fitted to its standardised training targets
-    (regression) or to the 0/1 labels (classification); ``search`` goes to
-    ``KernelRidge.fit`` (``grid``, ``ridges``: the library's defaults without it).
-
-    Raises:
-        ValueError: naming a target column without any training label.
-
-    Returns:
-        The fitted module and ``{"gamma", "ridge", "loo_rmse", "seconds"}``.
-    """
-    start = time.perf_counter()
-    y = stacked_targets(train)  # (M, T)
-    if config.task == "regression":
-        mean, std = target_scaling(y)
-        y = (y - mean) / std  # (M, T)
-    kernel = KernelRidge(len(train), config.descriptor_dim, config.num_tasks)
-    info = kernel.fit(torch.cat([d.descriptors for d in train]), y, names,
-                      progress=distributed.world().is_main, **search)
-    return kernel, {**info, "seconds": time.perf_counter() - start}
 
 
 @dataclass
@@ -268,7 +245,8 @@ def _model_config(run: RunConfig, kernel_size: int) -> MoleculeModelConfig:
     """The run's model settings with its task, target count and kernel ridge size."""
     return MoleculeModelConfig.from_dict(
         {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task,
-         "kernel_size": kernel_size})
+         "kernel_size": kernel_size,
+         "fingerprint_kernel": bool(kernel_size) and run.kernel_fingerprints == "on"})
 
 
 def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
@@ -287,7 +265,7 @@ def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
 
 
 def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelConfig,
-                   kernel: KernelRidge | None, out: Path, *, resume: bool,
+                   kernels: Kernels | None, out: Path, *, resume: bool,
                    callback: Callable[[list[dict]], None] | None, log: Log,
                    checkpoint_seconds: float) -> list[FitResult]:
     """Fit the K ensemble members one after the other, rewriting ``log.csv`` each epoch."""
@@ -298,8 +276,8 @@ def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelCon
     for k in range(run.ensemble_size):
         torch.manual_seed(run.train.seed + k)
         model = MoleculeModel(model_config)
-        if kernel is not None:
-            model.kernel.load_state_dict(kernel.state_dict())
+        if kernels is not None:
+            kernels.load_into(model)
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
         on_epoch = _epoch_callback(epoch_log, done, callback)
         result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
@@ -431,17 +409,22 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
     size = _kernel_size(run, len(parts.train), log, out, resume)  # before any training
     model_config = _model_config(run, size)
-    kernel = kernel_info = None
+    kernels = kernel_info = None
     if size:
         log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")
-        kernel, kernel_info = fit_kernel(parts.train, model_config, run.target_columns)
+        kernels, kernel_info = fit_kernel(parts.train, model_config, run.target_columns)
         log(f"kernel ridge on {model_config.descriptor_dim} descriptors: "
             f"{kernel_info['kernel']} kernel, gamma {kernel_info['gamma']}, ridge "
             f"{kernel_info['ridge']}, leave-one-out RMSE "
             f"{kernel_info['loo_rmse']:.4g} ("
             f"{'standardised' if run.task == 'regression' else 'on the 0/1 labels'}), "
             f"{kernel_info['seconds']:.1f}s")
-    results = _train_members(run, parts, model_config, kernel, out, resume=resume,
+        if "fingerprint" in kernel_info:
+            weights = ", ".join(f"{w:.2f}" for w in kernel_info["descriptor_weight"])
+            log(f"fingerprint kernel ridge: ridge {kernel_info['fingerprint']['ridge']}, "
+                f"leave-one-out RMSE {kernel_info['fingerprint']['loo_rmse']:.4g}; stacked "
+                f"with the descriptor one at weight {weights} (descriptors)")
+    results = _train_members(run, parts, model_config, kernels, out, resume=resume,
                              callback=callback, log=log, checkpoint_seconds=checkpoint_seconds)
     if main:
         rows = [row for r in results for row in r.rows]

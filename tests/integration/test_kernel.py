@@ -39,7 +39,7 @@ from setattn.molprop.kernel import (
     RIDGES,
     KernelRidge,
     _distances,
-    _loo_fits,
+    loo_fits,
 )
 from setattn.molprop.model import KERNEL_BLEND, SCORE_EPS, MoleculeModel, MoleculeModelConfig
 
@@ -71,7 +71,7 @@ def test_leave_one_out_shortcut_equals_refitting_without_each_molecule():
     x, y = _problem(m=25)
     kernel = torch.exp(-0.1 * torch.cdist(x, x).square())  # (M, M)
     yc = y[:, 0] - y[:, 0].mean()
-    for (mse, ridge, _), r in zip(_loo_fits(kernel, yc), RIDGES):
+    for (mse, ridge, _, _), r in zip(loo_fits(kernel, yc), RIDGES):
         errors = []
         for i in range(len(x)):
             keep = [j for j in range(len(x)) if j != i]
@@ -115,7 +115,7 @@ def test_the_choice_has_the_least_leave_one_out_error_of_the_grid():
     yc = y[:, 0] - y[:, 0].mean()
     assert GRID == ((RBF, GAMMAS), (LAPLACIAN, LAPLACIAN_GAMMAS))  # both kernels by default
     best = min(mse for norm, gammas in GRID for g in gammas
-               for mse, _, _ in _loo_fits(torch.exp(-g / x.shape[1] * _distances(z, z, norm)),
+               for mse, _, _, _ in loo_fits(torch.exp(-g / x.shape[1] * _distances(z, z, norm)),
                                           yc))
     assert info["loo_rmse"] == pytest.approx(best ** 0.5, rel=1e-6)
 
@@ -146,7 +146,7 @@ def test_a_grid_of_two_kernels_chooses_the_least_leave_one_out_error_of_both():
     loo = {(name, g, r): mse
            for name, norm, gammas in (("rbf", 2, GAMMAS), ("laplacian", 1, LAPLACIAN_GAMMAS))
            for g in gammas
-           for mse, r, _ in _loo_fits(torch.exp(-g / f * _distances(z, z, norm)), yc, ridges)}
+           for mse, r, _, _ in loo_fits(torch.exp(-g / f * _distances(z, z, norm)), yc, ridges)}
     best = min(loo, key=loo.get)
     assert (info["kernel"], info["gamma"], info["ridge"]) == best
     assert info["loo_rmse"] == pytest.approx(loo[best] ** 0.5, rel=1e-6)
@@ -452,7 +452,7 @@ def test_a_capped_search_chooses_on_its_sample_and_solves_on_every_label(m, cap)
     d = torch.cdist(z, z).square()  # (M, M)
     yc = y[:, 0] - y[:, 0].mean()  # centred on every label, as the fit does
     search = {(g, r): mse for g in (0.1, 0.25, 0.5, 1.0)
-              for mse, r, _ in _loo_fits(torch.exp(-g / x.shape[1] * d[rows][:, rows]), yc[rows])}
+              for mse, r, _, _ in loo_fits(torch.exp(-g / x.shape[1] * d[rows][:, rows]), yc[rows])}
     gamma, ridge = min(search, key=search.get)
     assert (info["gamma"], info["ridge"]) == (gamma, ridge)
     assert info["loo_rmse"] == pytest.approx(search[(gamma, ridge)] ** 0.5, rel=1e-6)

@@ -13,7 +13,8 @@ from torch_geometric.data import Batch
 
 from setattn.datasets import load_molecule_csv
 from setattn.domains.descriptors import descriptor_count
-from setattn.domains.molecules import rdkit_descriptors
+from setattn.domains.fingerprints import count_fingerprint
+from setattn.domains.molecules import keep_largest_fragment, parse_smiles, rdkit_descriptors
 from setattn.molprop.batching import PackedMolecules, collate_molecules
 from setattn.molprop.featurize import _ENTRY_KEYS, cache_dir, featurize_csv
 from setattn.molprop.featurize import content_checksum as _checksum
@@ -51,6 +52,7 @@ def test_featurize_csv_equals_plain_path_and_cache(tmp_path, monkeypatch, descri
     for d in ref_data:
         if dim:
             d.descriptors = rdkit_descriptors(d.smiles)
+            d.fingerprint = count_fingerprint(keep_largest_fragment(parse_smiles(d.smiles)))
     first = featurize_csv(path, "smiles", ["logp", "active"], dim)
     assert len(list(cache_dir().glob("*.pt"))) == 1
     again = featurize_csv(path, "smiles", ["logp", "active"], dim)
