@@ -93,12 +93,15 @@ def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
     return splits.kfold(n, run.split_sizes, run.seed, run.fold)
 
 
-def _started_kernel(out: Path) -> int | None:
-    """The kernel ridge size M of a run's first member's checkpoint (None: none yet)."""
+def _started_kernel(out: Path) -> tuple[int, bool] | None:
+    """The kernel ridge size M of a run's first member's checkpoint and whether it
+    stacks a fingerprint kernel ridge (None: no checkpoint yet)."""
     for name, kind in (("last.pt", "training"), ("best.pt", "model")):
         path = out / "model_0" / name
         if path.is_file():
-            return int(load_checkpoint(path, kind)["config"].get("kernel_size", 0))
+            config = load_checkpoint(path, kind)["config"]
+            return (int(config.get("kernel_size", 0)),
+                    bool(config.get("fingerprint_kernel", False)))
     return None
 
 
@@ -128,9 +131,11 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
         return (0, None), str(error)
 
 
-def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool) -> int:
-    """M of the run's kernel ridge (0: none), decided by the main process for all ranks;
-    a resumed run keeps the choice it started with.
+def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
+                 ) -> tuple[int, bool]:
+    """M of the run's kernel ridge (0: none) and whether it stacks a fingerprint kernel
+    ridge, decided by the main process for all ranks; a resumed run keeps the choices
+    it started with.
 
     Raises:
         ValueError: naming ``--kernel-ridge`` where "on" cannot fit it, or ``--resume``
@@ -139,15 +144,16 @@ def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
     decision = None
     if distributed.world().is_main:
         started = _started_kernel(out) if resume else None
-        decision = _kernel_decision(run, n_train, started)
-    (size, note), error = distributed.broadcast(decision)
+        fingerprints = run.kernel_fingerprints == "on" if started is None else started[1]
+        decision = (_kernel_decision(run, n_train, started and started[0]), fingerprints)
+    ((size, note), error), fingerprints = distributed.broadcast(decision)
     if isinstance(error, tuple):
         raise SettingError(*error, colon=True)
     if error:
         raise ValueError(error)
     if note:
         log(note)
-    return size
+    return size, bool(size) and fingerprints
 
 
 @dataclass
@@ -241,12 +247,11 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     limits.check_memory(estimate, batch, run.ensemble_size)
 
 
-def _model_config(run: RunConfig, kernel_size: int) -> MoleculeModelConfig:
-    """The run's model settings with its task, target count and kernel ridge size."""
+def _model_config(run: RunConfig, kernel_size: int, fingerprints: bool) -> MoleculeModelConfig:
+    """The run's model settings with its task, target count and kernel ridges."""
     return MoleculeModelConfig.from_dict(
         {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task,
-         "kernel_size": kernel_size,
-         "fingerprint_kernel": bool(kernel_size) and run.kernel_fingerprints == "on"})
+         "kernel_size": kernel_size, "fingerprint_kernel": fingerprints})
 
 
 def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
@@ -407,8 +412,8 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
     main = distributed.world().is_main
     log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
-    size = _kernel_size(run, len(parts.train), log, out, resume)  # before any training
-    model_config = _model_config(run, size)
+    size, fingerprints = _kernel_size(run, len(parts.train), log, out, resume)  # first
+    model_config = _model_config(run, size, fingerprints)
     kernels = kernel_info = None
     if size:
         log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")

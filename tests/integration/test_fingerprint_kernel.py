@@ -218,3 +218,24 @@ def test_the_dense_kernel_equals_the_sparse_one_on_whole_counts():
     a, b = _counts(6), _counts(5, seed=2)
     np.testing.assert_array_equal(dense_minmax_kernel(a.double(), b).numpy(),
                                   minmax_kernel(a, b).numpy())
+
+
+def test_a_run_started_without_fingerprints_resumes_without_them(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    assert train_tiny(data, out, capsys, "--kernel-fingerprints", "off")[0] == 0
+    first = json.loads((out / "metrics.json").read_text())["test"]["rmse"]
+    # as written before the option existed: no key in config.json nor in the checkpoints
+    config = json.loads((out / "config.json").read_text())
+    del config["kernel_fingerprints"]
+    (out / "config.json").write_text(json.dumps(config))
+    for name in ("last.pt", "best.pt"):
+        path = out / "model_0" / name
+        ckpt = torch.load(path, weights_only=True)
+        del ckpt["config"]["fingerprint_kernel"]
+        torch.save(ckpt, path)
+    status, stdout, _ = train_tiny(data, out, capsys, "--resume")
+    assert status == 0 and "fingerprint kernel ridge" not in stdout
+    (model,), _ = load_run(out)
+    assert model.fingerprint_kernel is None
+    assert json.loads((out / "metrics.json").read_text())["test"]["rmse"] == first
