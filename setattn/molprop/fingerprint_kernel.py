@@ -36,6 +36,7 @@ __all__ = ["FP_RIDGES", "FingerprintRidge", "dense_minmax_kernel", "minmax_kerne
            "stack_weights"]
 
 FP_RIDGES = (0.01, 0.03, 0.1, 0.3, 1.0)  # the kernel is 1 on its diagonal
+BLOCK = 2048  # rows of the kernel computed at a time
 
 
 def _unary(counts: Tensor) -> sparse.csr_matrix:
@@ -54,12 +55,20 @@ def _unary(counts: Tensor) -> sparse.csr_matrix:
 
 def _kernel_from(a: Tensor, a_unary: sparse.csr_matrix, b: Tensor,
                  b_unary_t: sparse.csc_matrix) -> Tensor:
-    shared = torch.from_numpy((a_unary @ b_unary_t).toarray())  # (A, B) sum_j min(a_j, b_j)
-    total = a.sum(1, dtype=torch.float64)[:, None] + b.sum(1, dtype=torch.float64)[None]
-    union = total.cpu() - shared  # (A, B) sum_j max(a_j, b_j)
-    # two empty fingerprints are alike (1); an empty and a full one share nothing (0)
-    one = torch.ones((), dtype=torch.float64, device="cpu")
-    return torch.where(union > 0, shared / union.clamp_min(1.0), one)  # (A, B)
+    """(A, B) float64 MinMax kernel on the CPU from the counts and their unary forms, in
+    blocks of ``BLOCK`` rows of a (the sparse product of a block is nearly dense)."""
+    out = torch.empty(a.shape[0], b.shape[0], dtype=torch.float64, device="cpu")  # (A, B)
+    size_a = a.sum(1, dtype=torch.float64).cpu()  # (A,)
+    size_b = b.sum(1, dtype=torch.float64).cpu()  # (B,)
+    for start in range(0, a.shape[0], BLOCK):
+        stop = min(start + BLOCK, a.shape[0])
+        shared = torch.from_numpy((a_unary[start:stop] @ b_unary_t).toarray())  # sum min
+        union = size_a[start:stop, None] + size_b[None] - shared  # (A', B) sum max
+        empty = union == 0  # two empty fingerprints are alike (1)
+        block = out[start:stop]
+        torch.div(shared, union.clamp_min_(1.0), out=block)
+        block[empty] = 1.0
+    return out
 
 
 def dense_minmax_kernel(a: Tensor, b: Tensor) -> Tensor:

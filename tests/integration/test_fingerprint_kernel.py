@@ -239,3 +239,12 @@ def test_a_run_started_without_fingerprints_resumes_without_them(tmp_path, capsy
     (model,), _ = load_run(out)
     assert model.fingerprint_kernel is None
     assert json.loads((out / "metrics.json").read_text())["test"]["rmse"] == first
+
+
+def test_the_kernel_in_blocks_equals_the_kernel_at_once(monkeypatch):
+    from setattn.molprop import fingerprint_kernel
+
+    a, b = _counts(11), _counts(5, seed=5)
+    whole = minmax_kernel(a, b)
+    monkeypatch.setattr(fingerprint_kernel, "BLOCK", 3)  # blocks of 3, 3, 3 and 2 rows
+    np.testing.assert_array_equal(minmax_kernel(a, b).numpy(), whole.numpy())
