@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -79,6 +80,25 @@ def train_tiny(data: Path, out: Path, capsys, *flags: str, targets: Sequence[str
 def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def freesolv_run(tmp_path: Path, capsys, n: int = 40, epochs: int = 2
+                 ) -> tuple[Path, Path, str, dict]:
+    """A tiny default run on the first ``n`` FreeSolv molecules, checked to succeed:
+    (its data file, its folder, what it printed, its ``metrics.json``)."""
+    data = freesolv_slice(tmp_path / "fs.csv", n)
+    out = tmp_path / "run"
+    status, stdout, _ = train_tiny(data, out, capsys, epochs=epochs)
+    assert status == 0, stdout
+    return data, out, stdout, json.loads((out / "metrics.json").read_text())
+
+
+def predicted_rows(model: Path, data: Path, tmp_path: Path, capsys) -> list[dict]:
+    """The rows ``setattn predict --model model --data data`` writes, checked to succeed."""
+    status, _, _ = run(["predict", "--model", model, "--data", data, "--output",
+                        tmp_path / "p.csv"], capsys)
+    assert status == 0
+    return read_csv(tmp_path / "p.csv")
 
 
 def saved_bench_run(tmp_path: Path, column: str, kernel: str = "auto") -> Path:

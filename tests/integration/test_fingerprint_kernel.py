@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from molecule_runs import freesolv_slice, read_csv, run, train_tiny
+from molecule_runs import freesolv_run, freesolv_slice, predicted_rows, train_tiny
 from rdkit import Chem
 from rdkit.Chem import rdFingerprintGenerator
 
@@ -145,19 +145,13 @@ def test_bad_shapes_are_refused():
 
 
 def test_a_run_stacks_the_two_kernel_ridges_and_predicts_what_it_saved(tmp_path, capsys):
-    data = freesolv_slice(tmp_path / "fs.csv", 40)
-    out = tmp_path / "run"
-    status, stdout, _ = train_tiny(data, out, capsys, epochs=2)
-    assert status == 0 and "fingerprint kernel ridge: ridge" in stdout
-    metrics = json.loads((out / "metrics.json").read_text())
+    data, out, stdout, metrics = freesolv_run(tmp_path, capsys)
+    assert "fingerprint kernel ridge: ridge" in stdout
     (weight,) = metrics["components"]["kernel"]["descriptor_weight"]
     assert 0.0 <= weight <= 1.0
     (model,), _ = load_run(out)
     assert model.config.fingerprint_kernel and float(model.kernel_mix[0]) == weight
-    status, _, _ = run(["predict", "--model", out, "--data", data, "--output",
-                        tmp_path / "p.csv"], capsys)
-    assert status == 0
-    rows = read_csv(tmp_path / "p.csv")[:6]
+    rows = predicted_rows(out, data, tmp_path, capsys)[:6]
     batch = collate_molecules([featurize(r["smiles"], model.config.descriptor_dim)
                                for r in rows])
     with torch.no_grad():
@@ -184,10 +178,7 @@ def test_off_keeps_the_descriptor_kernel_ridge_alone(tmp_path, capsys):
 
 
 def test_integrated_gradients_carry_the_fingerprint_part_to_the_atoms(tmp_path, capsys):
-    data = freesolv_slice(tmp_path / "fs.csv", 40)
-    out = tmp_path / "run"
-    status, _, _ = train_tiny(data, out, capsys, epochs=2)
-    assert status == 0
+    _, out, _, _ = freesolv_run(tmp_path, capsys)
     (model,), _ = load_run(out)
     smiles = "CC(=O)Nc1ccc(O)cc1"
     explained = explain_molecule([model], smiles)

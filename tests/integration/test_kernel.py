@@ -16,7 +16,9 @@ from molecule_runs import (
     DATASETS_DIR,
     TINY,
     csv_slice,
+    freesolv_run,
     freesolv_slice,
+    predicted_rows,
     read_csv,
     run,
     tox21_slice,
@@ -198,11 +200,8 @@ def test_bad_shapes_and_a_task_without_labels_are_refused():
 
 
 def test_model_predicts_the_mean_of_network_and_kernel(tmp_path, capsys):
-    data = freesolv_slice(tmp_path / "fs.csv", 40)
-    out = tmp_path / "run"
-    status, stdout, _ = train_tiny(data, out, capsys, epochs=2)
-    assert status == 0 and "kernel ridge on" in stdout
-    metrics = json.loads((out / "metrics.json").read_text())
+    data, out, stdout, metrics = freesolv_run(tmp_path, capsys)
+    assert "kernel ridge on" in stdout
     parts = metrics["components"]
     assert parts["blend"] == KERNEL_BLEND and parts["kernel"]["gamma"] > 0
     # the run's test predictions are the mean of the two parts, so is its RMSE bound
@@ -211,10 +210,7 @@ def test_model_predicts_the_mean_of_network_and_kernel(tmp_path, capsys):
         assert metrics[split]["rmse"] <= (net + ker) / 2 + 1e-6
     (model,), _ = load_run(out)
     assert model.config.kernel_size == metrics["split"]["train"]
-    status, _, _ = run(["predict", "--model", out, "--data", data, "--output",
-                        tmp_path / "p.csv"], capsys)
-    assert status == 0
-    rows = read_csv(tmp_path / "p.csv")
+    rows = predicted_rows(out, data, tmp_path, capsys)
     batch = next(iter(DataLoader([featurize(r["smiles"], model.config.descriptor_dim)
                                   for r in rows[:6]], batch_size=6)))
     with torch.no_grad():
