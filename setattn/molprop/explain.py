@@ -217,7 +217,7 @@ def _attribute(models: list[MoleculeModel], mol: Chem.Mol, data: Data, method: s
             split, _ = descriptor_shares(mol, data.descriptors[0].double().numpy(), kind)
             inputs.append("descriptors")
             shares.append(torch.from_numpy(split).float())
-        if models[0].fingerprint_kernel is not None:  # the slots' counts walk from zero too
+        if any(m.uses_fingerprints() for m in models):  # the slots' counts walk from zero
             inputs.append("fingerprint")
             shares.append(torch.from_numpy(fingerprint_shares(mol)).float())
         return integrated_gradients(forward, data, target, graph_inputs=inputs,

@@ -266,7 +266,7 @@ class MoleculeModel(nn.Module):
         ``fingerprint_kernel``, the descriptor and fingerprint ones stacked by
         ``kernel_mix``."""
         out = self.kernel(batch.descriptors)  # (G, T)
-        if self.fingerprint_kernel is None:
+        if not self.uses_fingerprints():
             return out
         if "fingerprint" not in batch:
             raise ValueError("this model stacks a fingerprint kernel ridge: its molecules "
@@ -274,6 +274,11 @@ class MoleculeModel(nn.Module):
                              "setattn.molprop.featurize, which adds them with descriptors)")
         fingerprint = self.fingerprint_kernel(batch.fingerprint).to(out)  # (G, T)
         return self.kernel_mix * out + (1 - self.kernel_mix) * fingerprint  # (G, T)
+
+    def uses_fingerprints(self) -> bool:
+        """Whether predictions read the fingerprint kernel ridge: the model has one and
+        some task gives it weight (a stack that chose the descriptors alone skips it)."""
+        return self.fingerprint_kernel is not None and bool((self.kernel_mix < 1).any())
 
     def kernel_as_outputs(self, kernel_out: Tensor) -> Tensor:
         """(G, T) ``kernel_outputs`` in the units of the forward pass: as they are

@@ -162,8 +162,13 @@ def test_a_run_stacks_the_two_kernel_ridges_and_predicts_what_it_saved(tmp_path,
     got = torch.tensor([float(r["expt"]) for r in rows])
     np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-5)
     del batch.fingerprint
+    model.kernel_mix.fill_(0.5)  # the fingerprints weigh in: they must be there
     with pytest.raises(ValueError, match="Morgan count fingerprints"):
         model.kernel_outputs(batch)
+    model.kernel_mix.fill_(1.0)  # descriptors alone: the fingerprints are not read
+    assert not model.uses_fingerprints()
+    torch.testing.assert_close(model.kernel_outputs(batch), model.kernel(batch.descriptors),
+                               rtol=0, atol=0)
 
 
 def test_off_keeps_the_descriptor_kernel_ridge_alone(tmp_path, capsys):
