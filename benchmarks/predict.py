@@ -7,7 +7,7 @@ The molecules are drug-like: the ChEMBL BACE-1 set (``datasets/molecules/bace1_c
 5,739 SMILES), a random sample of ``--n`` (seed 0) for the speed tables, cycled to
 ``--large`` rows for the large-scale run. Every process runs one torch thread
 (``OMP_NUM_THREADS=1``); each table says what its ratios are against, measured in the
-same run. Five tables:
+same run. Six tables:
 
 1. SMILES -> graph: all 7831 Tox21 SMILES one at a time, ``mol_to_data``'s bond graph
    against PyG's ``from_smiles`` and RDKit's parse alone (interleaved rounds, medians).
@@ -16,16 +16,20 @@ same run. Five tables:
    models' descriptors were first computed) against ``mol_descriptors`` for each set
    (``rdkit``, ``lean``, ``fast``), whose slowest descriptors come from shared
    intermediate results; the ``rdkit`` values are checked equal to RDKit's.
-3. ``setattn predict``: the command line on the sample with the model of ``--model``
+3. Featurisation part by part (``featurise_cost.py``): the atom graph, the ``rdkit`` set,
+   the descriptors of it that RDKit computes in C++ and the ``fr_`` SMARTS counts, the
+   Morgan count fingerprint; the graph plus the C++ parts is a floor on one molecule's
+   cost with this descriptor set.
+4. ``setattn predict``: the command line on the sample with the model of ``--model``
    (default ``runs/freesolv``, the ``make demo`` run: an ensemble of 3 with the kernel
    ridge and RDKit descriptors; trained with the demo's command when absent): with a
    new, empty feature cache (cold) and again with the cache it wrote (warm), with 1 and 2
    worker processes; a run on 10 molecules gives the start-up (imports, model loading).
-4. ``chemprop predict`` (chemprop 2.3.1 in ``benchmarks/.venv-chemprop``, installed on
+5. ``chemprop predict`` (chemprop 2.3.1 in ``benchmarks/.venv-chemprop``, installed on
    first use) on the same molecules and threads: a model trained 3 epochs on FreeSolv
    (prediction time does not depend on training), without descriptors and with chemprop
    1's normalised RDKit 2D descriptors (``v1_rdkit_2d_normalized``), ``--num-workers 0``.
-5. Large scale: ``--large`` molecules (default 100,000, cycling all 5,739 BACE-1 SMILES)
+6. Large scale: ``--large`` molecules (default 100,000, cycling all 5,739 BACE-1 SMILES)
    through ``setattn predict`` with 2 workers, with a new cache folder and again with it
    warm: the time, and the memory of the process tree polled every 0.25 s (parent and
    worker peak RSS, their sum, the peak total PSS: shared pages split among sharers)
@@ -52,6 +56,7 @@ from rdkit import Chem, RDLogger, rdBase
 from torch_geometric.utils import from_smiles
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from featurise_cost import cost_table  # noqa: E402
 from molecule_jobs import ensure_chemprop, timed  # noqa: E402
 from record import finish, interleaved_seconds, make_record, table  # noqa: E402
 
@@ -247,7 +252,7 @@ def watch_tree(proc: subprocess.Popen, interval: float = 0.25) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-# tables 3 to 5: command lines
+# tables 4 to 6: command lines
 
 
 def setattn_predict(model: Path, data: Path, output: Path, workers: int, cache: Path) -> dict:
@@ -399,7 +404,7 @@ def summary(setattn: dict, chemprop: dict, large: dict, n: int, load: float,
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4000, help="drug-like molecules per run")
-    parser.add_argument("--desc-n", type=int, default=300, help="molecules of table 2")
+    parser.add_argument("--desc-n", type=int, default=300, help="molecules of tables 2 and 3")
     parser.add_argument("--large", type=int, default=100_000, help="molecules at scale")
     parser.add_argument("--repeats", type=int, default=5, help="rounds of tables 1 and 2")
     parser.add_argument("--model", type=Path, help="run directory (default: the demo's)")
@@ -413,6 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     n = len(smiles)
     graphs, graph_raw = graph_table(args.repeats)
     descriptors, desc_raw = descriptor_table(smiles[:args.desc_n], args.repeats)
+    costs, cost_ms = cost_table(smiles[:args.desc_n], args.repeats)
     loads.append(os.getloadavg()[0])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -426,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
         large = large_runs(model, args.large, work)
         loads.append(os.getloadavg()[0])
     anchor = "cold cache, 1 worker(s)"
-    tables = [graphs, descriptors,
+    tables = [graphs, descriptors, costs,
               speed_table(f"setattn predict, {n:,} drug-like molecules", setattn, n, anchor,
                           "the demo model; a new cache folder for each cold run, "
                           "the same folder again for its warm run, which reads the cached "
@@ -436,7 +442,8 @@ def main(argv: list[str] | None = None) -> None:
                                   "chemprop", "chemprop 2.3.1, one model, 1 thread"))
     small = {f"{n:,} molecules, cold cache": setattn["cold cache, 2 worker(s)"]}
     tables.append(scale_table({**small, **large}, next(iter(small))))
-    raw = {"graph_seconds": graph_raw, "descriptor_seconds": desc_raw, "setattn": setattn,
+    raw = {"graph_seconds": graph_raw, "descriptor_seconds": desc_raw,
+           "featurisation_ms": cost_ms, "setattn": setattn,
            "chemprop": chemprop, "large": large, "loads": loads}
     load = max(loads)
     finish(make_record("predict", "Prediction speed: featurisation, setattn predict, chemprop",

@@ -75,9 +75,15 @@ def dense_minmax_kernel(a: Tensor, b: Tensor) -> Tensor:
     """(A, B) MinMax kernel between real-valued counts a (A, F) and b (B, F), in a's
     dtype and differentiable in a: ``sum min = (|a| + |b| - |a - b|_1) / 2`` and
     ``sum max = (|a| + |b| + |a - b|_1) / 2``. Integrated gradients walks the counts from
-    zero along this form; on whole counts it equals ``minmax_kernel``."""
+    zero along this form; on whole counts it equals ``minmax_kernel``.
+
+    Only the slots that some row of a sets enter the pairwise distance: where a is zero,
+    ``|a - b| = b``, which is summed once per row of b."""
     b = b.to(a)
-    l1 = torch.cdist(a, b, p=1)  # (A, B)
+    used = a.detach().ne(0).any(0)  # (F,) slots set in some row of a
+    b_used = b[:, used]  # (B, F')
+    rest = b.sum(1) - b_used.sum(1)  # (B,) b's counts in slots a never sets
+    l1 = torch.cdist(a[:, used], b_used, p=1) + rest[None]  # (A, B)
     total = a.sum(1)[:, None] + b.sum(1)[None]  # (A, B)
     union = total + l1  # twice sum max
     return torch.where(union > 0, (total - l1) / union.clamp_min(1e-12),
