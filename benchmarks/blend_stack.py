@@ -1,0 +1,245 @@
+"""Does a network weight stacked per task on the validation part beat the fixed 0.5?
+
+A regression or single-task classification model blends its network with its kernel
+part: ``w * network + (1 - w) * kernel`` in target units or probabilities, with
+``w = KERNEL_BLEND`` (0.5). The candidate fits ``w`` per task as the least-squares weight
+of the two parts' validation residuals, clipped to [0, 1]
+(``fingerprint_kernel.stack_weights``). This script reloads saved runs, predicts their
+validation molecules with each part alone, checks that both reproduce the run's recorded
+metrics, and scores the stacked weight by two-fold cross-fitting inside the validation
+part: the part is halved at random (seed 0), the weight fitted on each half predicts the
+other, and the pooled predictions are scored against the fixed weight's on the same
+molecules. It trains nothing and reads no test molecule. The rule it serves is in
+``docs/guide/defaults.rst`` ("The network's weight per task, stacked on the validation
+part").
+
+    python benchmarks/blend_stack.py --runs runs/dev_stack        # molecules.py --report val
+    python benchmarks/blend_stack.py --moleculeace runs/ace_fp_a  # moleculeace.py --report val
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from molecule_jobs import SETS  # noqa: E402
+from record import markdown_table, table  # noqa: E402
+
+from setattn.molprop.batching import batches, stacked_targets  # noqa: E402
+from setattn.molprop.checkpoint import load_run  # noqa: E402
+from setattn.molprop.featurize import featurize  # noqa: E402
+from setattn.molprop.fingerprint_kernel import stack_weights  # noqa: E402
+from setattn.molprop.inference import forward_batches  # noqa: E402
+from setattn.molprop.metrics import evaluate  # noqa: E402
+
+FIXED = 0.5
+TOLERANCE = 1e-5
+"""Largest relative difference between a reloaded metric and the run's record."""
+
+
+@dataclass
+class Parts:
+    """A saved run's validation molecules: targets y (M, T), the network's (the members'
+    mean) and the kernel part's predictions (M, T), in target units or probabilities."""
+
+    folder: Path
+    task: str
+    y: torch.Tensor
+    network: torch.Tensor
+    kernel: torch.Tensor
+    smiles: list[str]
+
+
+def validation_molecules(data: Path, smiles_column: str, targets: list[str], rows: list[int],
+                         descriptor_dim: int) -> list[Data]:
+    """The molecules of the file rows ``rows`` (0-based data rows, as ``split.json``
+    lists them) of ``data``, featurised as the run's models read them, with ``y`` (1, T)."""
+    with open(data, newline="") as handle:
+        table = list(csv.DictReader(handle))
+    molecules = []
+    for r in rows:
+        d = featurize(table[r][smiles_column], descriptor_dim, row=r, source=data.name)
+        d.y = torch.tensor([[float(table[r][t]) if table[r][t] != "" else math.nan
+                             for t in targets]])  # (1, T)
+        molecules.append(d)
+    return molecules
+
+
+def load_parts(folder: Path) -> tuple[Parts, dict]:
+    """Reload a run folder's ensemble and predict its validation part with each part of
+    the blend; (parts, metrics.json). Raises SystemExit naming the folder where the run
+    has no kernel part or the reload does not reproduce its record."""
+    metrics = json.loads((folder / "metrics.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    rows = json.loads((folder / "split.json").read_text())["val"]
+    if "components" not in metrics:
+        raise SystemExit(f"{folder}: the run has no kernel part, so no blend to weigh")
+    models, _ = load_run(folder)
+    first = models[0]
+    val = validation_molecules(Path(config["data"]), config["smiles_column"],
+                               metrics["targets"], rows, first.config.descriptor_dim)
+    batched = batches(val)
+    network = torch.stack([m.to_units(forward_batches(m, batched, "network"))
+                           for m in models]).mean(0)  # (M, T)
+    kernel = first.to_units(first.kernel_as_outputs(forward_batches(first, batched, "kernel")))
+    parts = Parts(folder, metrics["task"], stacked_targets(val, len(metrics["targets"])),
+                  network.double(), kernel.double(), [d.smiles for d in val])
+    recorded = metrics["components"]["val"]
+    for name, weight in (("attention", 1.0), ("kernel_ridge", 0.0)):
+        for key, value in recorded[name].items():
+            if not isinstance(value, float):  # per-task tables
+                continue
+            again = score(parts, blend(parts, weight), key)
+            if abs(again - value) > TOLERANCE * max(1.0, abs(value)):
+                raise SystemExit(f"{folder}: reloaded {name} {key} {again:.6f}, the record "
+                                 f"has {value:.6f}: not the run's models or data")
+    return parts, metrics
+
+
+def blend(parts: Parts, weight: float | torch.Tensor) -> torch.Tensor:
+    """(M, T) the blend with the network at ``weight`` (a number or one per task)."""
+    return weight * parts.network + (1 - weight) * parts.kernel  # (M, T)
+
+
+def score(parts: Parts, predicted: torch.Tensor, key: str) -> float:
+    """One metric (``rmse``, ``roc_auc``, ...) of ``predicted`` on the validation part."""
+    names = [str(t) for t in range(parts.y.shape[1])]
+    return evaluate(parts.y, predicted, parts.task, names, "validation part")[key]
+
+
+def fitted_weights(parts: Parts, rows: torch.Tensor) -> torch.Tensor:
+    """(T,) the stacked network weight of each task, fitted on ``rows`` (labelled only)."""
+    weights = []
+    for t in range(parts.y.shape[1]):
+        y = parts.y[rows, t].double()
+        known = ~torch.isnan(y)
+        weights.append(stack_weights([(y - parts.network[rows, t])[known]],
+                                     [(y - parts.kernel[rows, t])[known]])[0])
+    return torch.tensor(weights, dtype=torch.float64)
+
+
+def cross_fitted(parts: Parts) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, T) the stacked blend's predictions, each half predicted with the weight fitted
+    on the other half, and (T,) the weight fitted on the whole part."""
+    order = torch.randperm(len(parts.y), generator=torch.Generator().manual_seed(0))
+    halves = order[: len(order) // 2], order[len(order) // 2:]
+    predicted = torch.empty_like(parts.network)
+    for fit, use in (halves, halves[::-1]):
+        predicted[use] = blend(parts, fitted_weights(parts, fit))[use]
+    return predicted, fitted_weights(parts, torch.arange(len(parts.y)))
+
+
+def lower_is_better(key: str) -> bool:
+    return key in ("rmse", "mae", "cliff_rmse")
+
+
+def ratio(stacked: float, fixed: float, key: str) -> float:
+    """Below 1: the stacked weight is better, for an error and a score alike."""
+    return stacked / fixed if lower_is_better(key) else fixed / stacked
+
+
+def run_folders(roots: list[Path]) -> list[Path]:
+    """Every saved ``setattn`` run folder under ``roots`` (``metrics.json`` beside
+    ``config.json``), in a fixed order."""
+    return sorted(p.parent for root in roots for p in root.rglob("metrics.json")
+                  if (p.parent / "config.json").exists())
+
+
+def molecule_rows(roots: list[Path]) -> None:
+    """The 10-row rule: per (set, split), the mean cross-fitted validation metric of each
+    weight over the seeds, their ratio, and over the rows the geometric mean and worst."""
+    rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for folder in run_folders(roots):
+        parts, metrics = load_parts(folder)
+        dataset = folder.parent.parent.name
+        kind = folder.parent.name.removesuffix("_val").rstrip("0123456789")
+        key = SETS[dataset].metric
+        predicted, weights = cross_fitted(parts)
+        fixed, stacked = score(parts, blend(parts, FIXED), key), score(parts, predicted, key)
+        rows.setdefault((dataset, kind), []).append((fixed, stacked, float(weights.mean())))
+        print(f"{folder}: {key} fixed {fixed:.4f} stacked {stacked:.4f} "
+              f"(whole-part weight {float(weights.mean()):.2f})", file=sys.stderr)
+    rows_out, ratios = [], []
+    for (dataset, kind), seeds in rows.items():
+        key = SETS[dataset].metric
+        fixed, stacked = (statistics.mean(s[i] for s in seeds) for i in (0, 1))
+        ratios.append(ratio(stacked, fixed, key))
+        rows_out.append([dataset, kind, str(len(seeds)), f"{fixed:.4f}", f"{stacked:.4f}",
+                      f"{ratios[-1]:.4f}", f"{statistics.mean(s[2] for s in seeds):.2f}"])
+    print(markdown_table(table(
+        "Mean validation metric over the seeds: fixed weight 0.5 and stacked (cross-fitted)",
+        ["set", "split", "seeds", "fixed 0.5", "stacked", "ratio", "weight"], rows_out,
+        "ratio below 1: stacked better; weight: the mean network weight fitted on whole parts")))
+    geo = math.exp(statistics.mean(math.log(r) for r in ratios))
+    print(f"\ngeometric mean {geo:.5f} (rule: at most 1.000), worst row {max(ratios):.4f} "
+          "(rule: at most 1.02)")
+
+
+def cliff_flags(data: Path, smiles: list[str]) -> np.ndarray:
+    """(M,) whether each validation molecule is a cliff compound, from its MoleculeACE set
+    (the run's ``data.csv`` lies in ``<out>/<set>/val/``)."""
+    from moleculeace import read_set
+
+    cliff = {r["smiles"]: r["cliff"] for r in read_set(data.parent.parent.name)}
+    return np.array([cliff[s] for s in smiles])
+
+
+def _rmse(y: np.ndarray, p: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((p - y) ** 2)))
+
+
+def moleculeace_rows(root: Path) -> None:
+    """The MoleculeACE rule: per set, RMSE and cliff RMSE of each weight on the validation
+    tenth; their means and ratios."""
+    rows_out, sums = [], np.zeros(4)
+    for folder in sorted(root.glob("*/val/setattn")):
+        parts, _ = load_parts(folder)
+        predicted, weights = cross_fitted(parts)
+        cliff = cliff_flags(folder.parent / "data.csv", parts.smiles)
+        y = parts.y[:, 0].numpy()
+        values = []
+        for p in (blend(parts, FIXED)[:, 0].numpy(), predicted[:, 0].numpy()):
+            values += [_rmse(y, p), _rmse(y[cliff], p[cliff])]
+        sums += np.array(values)
+        rows_out.append([folder.parent.parent.name, *(f"{v:.3f}" for v in values),
+                      f"{float(weights[0]):.2f}"])
+    n = len(rows_out)
+    means = sums / n
+    rows_out.append(["mean", *(f"{v:.4f}" for v in means), ""])
+    print(markdown_table(table(
+        "MoleculeACE validation tenths: fixed weight 0.5 and stacked (cross-fitted)",
+        ["set", "fixed RMSE", "fixed cliff", "stacked RMSE", "stacked cliff", "weight"],
+        rows_out, "weight: the network weight fitted on the whole validation tenth")))
+    print(f"\n{n} sets: mean RMSE ratio {means[2] / means[0]:.4f} (rule: at most 0.99), "
+          f"mean cliff RMSE {means[1]:.4f} fixed, {means[3]:.4f} stacked (rule: not higher)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", nargs="+", type=Path, default=[],
+                        help="benchmarks/molecules.py --report val output folders")
+    parser.add_argument("--moleculeace", type=Path,
+                        help="a benchmarks/moleculeace.py --report val output folder")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.runs:
+        molecule_rows(args.runs)
+    if args.moleculeace:
+        moleculeace_rows(args.moleculeace)
+    if not args.runs and not args.moleculeace:
+        parser.error("give --runs, --moleculeace or both")
+
+
+if __name__ == "__main__":
+    main()
