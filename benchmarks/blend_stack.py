@@ -14,7 +14,7 @@ molecules. It trains nothing and reads no test molecule. The rule it serves is i
 part").
 
     python benchmarks/blend_stack.py --runs runs/dev_stack        # molecules.py --report val
-    python benchmarks/blend_stack.py --moleculeace runs/ace_fp_a  # moleculeace.py --report val
+    python benchmarks/blend_stack.py --moleculeace runs/ace_fp_a runs/ace_fp_b
 """
 
 from __future__ import annotations
@@ -199,11 +199,12 @@ def _rmse(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.sqrt(np.mean((p - y) ** 2)))
 
 
-def moleculeace_rows(root: Path) -> None:
+def moleculeace_rows(roots: list[Path]) -> None:
     """The MoleculeACE rule: per set, RMSE and cliff RMSE of each weight on the validation
     tenth; their means and ratios."""
     rows_out, sums = [], np.zeros(4)
-    for folder in sorted(root.glob("*/val/setattn")):
+    for folder in sorted((f for root in roots for f in root.glob("*/val/setattn")),
+                         key=lambda f: f.parent.parent.name):
         parts, _ = load_parts(folder)
         predicted, weights = cross_fitted(parts)
         cliff = cliff_flags(folder.parent / "data.csv", parts.smiles)
@@ -229,8 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", nargs="+", type=Path, default=[],
                         help="benchmarks/molecules.py --report val output folders")
-    parser.add_argument("--moleculeace", type=Path,
-                        help="a benchmarks/moleculeace.py --report val output folder")
+    parser.add_argument("--moleculeace", nargs="+", type=Path, default=[],
+                        help="benchmarks/moleculeace.py --report val output folders")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.runs:
