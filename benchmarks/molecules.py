@@ -15,7 +15,7 @@ scaffold, the run's seed) is a column of a CSV that BOTH tools read, so both tra
 validate and test on identical molecules; the script checks each tool's part sizes and
 test rows against the column. The report seeds (``REPORT_SEEDS``, drawn at random and
 written in ``benchmarks/PREREGISTRATION.md`` before any run on them) are read once: no
-default is chosen on them (choices use ``--report val`` on development seeds, 0-31).
+default is chosen on them (choices use ``--report val`` on development seeds, 0-34).
 Both tools' test metrics are computed by ``setattn.molprop.metrics.evaluate``.
 
 Tools: setattn with its defaults; ``chemprop`` (its defaults) and ``chemprop_rdkit``
