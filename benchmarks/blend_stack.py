@@ -15,6 +15,7 @@ part").
 
     python benchmarks/blend_stack.py --runs runs/dev_stack        # molecules.py --report val
     python benchmarks/blend_stack.py --moleculeace runs/ace_fp_a runs/ace_fp_b
+    python benchmarks/blend_stack.py --shrink --runs runs/dev_shrunk  # shrunk toward 0.5
 """
 
 from __future__ import annotations
@@ -118,26 +119,45 @@ def score(parts: Parts, predicted: torch.Tensor, key: str) -> float:
     return evaluate(parts.y, predicted, parts.task, names, "validation part")[key]
 
 
-def fitted_weights(parts: Parts, rows: torch.Tensor) -> torch.Tensor:
-    """(T,) the stacked network weight of each task, fitted on ``rows`` (labelled only)."""
+def shrunk_weight(r_network: torch.Tensor, r_kernel: torch.Tensor) -> float:
+    """The network weight stacked on residuals (L,), its step from ``FIXED`` shrunk by
+    its standard error: w = argmin mean((w r_n + (1 - w) r_k)^2) unclipped, d = w - 0.5,
+    se^2 = mean(e^2) / sum(g^2) with g = r_n - r_k and e = r_k + w g the stack's
+    residuals; the weight is 0.5 + d^2 / (d^2 + se^2) * d, clipped to [0, 1]."""
+    gap = r_network - r_kernel  # (L,)
+    denominator = float(gap.square().sum())
+    if denominator == 0.0:
+        return FIXED
+    w = -float((r_kernel * gap).sum()) / denominator
+    se2 = float((r_kernel + w * gap).square().mean()) / denominator
+    d = w - FIXED
+    shrink = d * d / (d * d + se2) if d * d + se2 > 0 else 0.0
+    return min(max(FIXED + shrink * d, 0.0), 1.0)
+
+
+def fitted_weights(parts: Parts, rows: torch.Tensor, shrink: bool = False) -> torch.Tensor:
+    """(T,) the stacked network weight of each task, fitted on ``rows`` (labelled only);
+    with ``shrink``, ``shrunk_weight``'s."""
     weights = []
     for t in range(parts.y.shape[1]):
         y = parts.y[rows, t].double()
         known = ~torch.isnan(y)
-        weights.append(stack_weights([(y - parts.network[rows, t])[known]],
-                                     [(y - parts.kernel[rows, t])[known]])[0])
+        r_network = (y - parts.network[rows, t])[known]  # (L,)
+        r_kernel = (y - parts.kernel[rows, t])[known]  # (L,)
+        weights.append(shrunk_weight(r_network, r_kernel) if shrink
+                       else stack_weights([r_network], [r_kernel])[0])
     return torch.tensor(weights, dtype=torch.float64)
 
 
-def cross_fitted(parts: Parts) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_fitted(parts: Parts, shrink: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(M, T) the stacked blend's predictions, each half predicted with the weight fitted
     on the other half, and (T,) the weight fitted on the whole part."""
     order = torch.randperm(len(parts.y), generator=torch.Generator().manual_seed(0))
     halves = order[: len(order) // 2], order[len(order) // 2:]
     predicted = torch.empty_like(parts.network)
     for fit, use in (halves, halves[::-1]):
-        predicted[use] = blend(parts, fitted_weights(parts, fit))[use]
-    return predicted, fitted_weights(parts, torch.arange(len(parts.y)))
+        predicted[use] = blend(parts, fitted_weights(parts, fit, shrink))[use]
+    return predicted, fitted_weights(parts, torch.arange(len(parts.y)), shrink)
 
 
 def lower_is_better(key: str) -> bool:
@@ -156,7 +176,7 @@ def run_folders(roots: list[Path]) -> list[Path]:
                   if (p.parent / "config.json").exists())
 
 
-def molecule_rows(roots: list[Path]) -> None:
+def molecule_rows(roots: list[Path], shrink: bool = False) -> None:
     """The 10-row rule: per (set, split), the mean cross-fitted validation metric of each
     weight over the seeds, their ratio, and over the rows the geometric mean and worst."""
     rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
@@ -165,7 +185,7 @@ def molecule_rows(roots: list[Path]) -> None:
         dataset = folder.parent.parent.name
         kind = folder.parent.name.removesuffix("_val").rstrip("0123456789")
         key = SETS[dataset].metric
-        predicted, weights = cross_fitted(parts)
+        predicted, weights = cross_fitted(parts, shrink)
         fixed, stacked = score(parts, blend(parts, FIXED), key), score(parts, predicted, key)
         rows.setdefault((dataset, kind), []).append((fixed, stacked, float(weights.mean())))
         print(f"{folder}: {key} fixed {fixed:.4f} stacked {stacked:.4f} "
@@ -199,14 +219,14 @@ def _rmse(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.sqrt(np.mean((p - y) ** 2)))
 
 
-def moleculeace_rows(roots: list[Path]) -> None:
+def moleculeace_rows(roots: list[Path], shrink: bool = False) -> None:
     """The MoleculeACE rule: per set, RMSE and cliff RMSE of each weight on the validation
     tenth; their means and ratios."""
     rows_out, sums = [], np.zeros(4)
     for folder in sorted((f for root in roots for f in root.glob("*/val/setattn")),
                          key=lambda f: f.parent.parent.name):
         parts, _ = load_parts(folder)
-        predicted, weights = cross_fitted(parts)
+        predicted, weights = cross_fitted(parts, shrink)
         cliff = cliff_flags(folder.parent / "data.csv", parts.smiles)
         y = parts.y[:, 0].numpy()
         values = []
@@ -232,12 +252,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="benchmarks/molecules.py --report val output folders")
     parser.add_argument("--moleculeace", nargs="+", type=Path, default=[],
                         help="benchmarks/moleculeace.py --report val output folders")
+    parser.add_argument("--shrink", action="store_true",
+                        help="the weight shrunk toward 0.5 by its standard error")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.runs:
-        molecule_rows(args.runs)
+        molecule_rows(args.runs, args.shrink)
     if args.moleculeace:
-        moleculeace_rows(args.moleculeace)
+        moleculeace_rows(args.moleculeace, args.shrink)
     if not args.runs and not args.moleculeace:
         parser.error("give --runs, --moleculeace or both")
 
