@@ -13,9 +13,12 @@ molecules. It trains nothing and reads no test molecule. The rule it serves is i
 ``docs/guide/defaults.rst`` ("The network's weight per task, stacked on the validation
 part").
 
-    python benchmarks/blend_stack.py --runs runs/dev_stack        # molecules.py --report val
-    python benchmarks/blend_stack.py --moleculeace runs/ace_fp_a runs/ace_fp_b
-    python benchmarks/blend_stack.py --shrink --runs runs/dev_shrunk  # shrunk toward 0.5
+    python benchmarks/blend_stack.py --runs runs/dev_stack --out x.json   # least squares
+    python benchmarks/blend_stack.py --shrink --runs runs/dev_shrunk \
+        --moleculeace runs/ace_fp_a runs/ace_fp_b        # the record, results/blend_stack.json
+
+``--runs`` takes ``benchmarks/molecules.py --report val`` output folders, ``--moleculeace``
+``benchmarks/moleculeace.py --report val`` ones.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from torch_geometric.data import Data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from molecule_jobs import SETS  # noqa: E402
-from record import markdown_table, table  # noqa: E402
+from record import finish, make_record, table  # noqa: E402
 
 from setattn.molprop.batching import batches, stacked_targets  # noqa: E402
 from setattn.molprop.checkpoint import load_run  # noqa: E402
@@ -176,9 +179,10 @@ def run_folders(roots: list[Path]) -> list[Path]:
                   if (p.parent / "config.json").exists())
 
 
-def molecule_rows(roots: list[Path], shrink: bool = False) -> None:
+def molecule_rows(roots: list[Path], shrink: bool = False) -> tuple[dict, str]:
     """The 10-row rule: per (set, split), the mean cross-fitted validation metric of each
-    weight over the seeds, their ratio, and over the rows the geometric mean and worst."""
+    weight over the seeds, their ratio; (table, a line with the geometric mean and the
+    worst row)."""
     rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for folder in run_folders(roots):
         parts, metrics = load_parts(folder)
@@ -197,13 +201,14 @@ def molecule_rows(roots: list[Path], shrink: bool = False) -> None:
         ratios.append(ratio(stacked, fixed, key))
         rows_out.append([dataset, kind, str(len(seeds)), f"{fixed:.4f}", f"{stacked:.4f}",
                       f"{ratios[-1]:.4f}", f"{statistics.mean(s[2] for s in seeds):.2f}"])
-    print(markdown_table(table(
+    geo = math.exp(statistics.mean(math.log(r) for r in ratios))
+    line = (f"{len(ratios)} rows: geometric mean of the ratios {geo:.5f}, worst row "
+            f"{max(ratios):.4f}.")
+    return table(
         "Mean validation metric over the seeds: fixed weight 0.5 and stacked (cross-fitted)",
         ["set", "split", "seeds", "fixed 0.5", "stacked", "ratio", "weight"], rows_out,
-        "ratio below 1: stacked better; weight: the mean network weight fitted on whole parts")))
-    geo = math.exp(statistics.mean(math.log(r) for r in ratios))
-    print(f"\ngeometric mean {geo:.5f} (rule: at most 1.000), worst row {max(ratios):.4f} "
-          "(rule: at most 1.02)")
+        "ratio below 1: stacked better; weight: the mean network weight fitted on whole "
+        "parts"), line
 
 
 def cliff_flags(data: Path, smiles: list[str]) -> np.ndarray:
@@ -219,9 +224,9 @@ def _rmse(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.sqrt(np.mean((p - y) ** 2)))
 
 
-def moleculeace_rows(roots: list[Path], shrink: bool = False) -> None:
+def moleculeace_rows(roots: list[Path], shrink: bool = False) -> tuple[dict, str]:
     """The MoleculeACE rule: per set, RMSE and cliff RMSE of each weight on the validation
-    tenth; their means and ratios."""
+    tenth and their means; (table, a line with the ratio of the means)."""
     rows_out, sums = [], np.zeros(4)
     for folder in sorted((f for root in roots for f in root.glob("*/val/setattn")),
                          key=lambda f: f.parent.parent.name):
@@ -238,12 +243,14 @@ def moleculeace_rows(roots: list[Path], shrink: bool = False) -> None:
     n = len(rows_out)
     means = sums / n
     rows_out.append(["mean", *(f"{v:.4f}" for v in means), ""])
-    print(markdown_table(table(
+    better = sum(float(r[3]) < float(r[1]) for r in rows_out[:-1])
+    line = (f"MoleculeACE, {n} sets: mean RMSE {means[0]:.4f} fixed, {means[2]:.4f} stacked "
+            f"(ratio {means[2] / means[0]:.4f}), mean cliff RMSE {means[1]:.4f} fixed, "
+            f"{means[3]:.4f} stacked; stacked better on {better} of {n}.")
+    return table(
         "MoleculeACE validation tenths: fixed weight 0.5 and stacked (cross-fitted)",
         ["set", "fixed RMSE", "fixed cliff", "stacked RMSE", "stacked cliff", "weight"],
-        rows_out, "weight: the network weight fitted on the whole validation tenth")))
-    print(f"\n{n} sets: mean RMSE ratio {means[2] / means[0]:.4f} (rule: at most 0.99), "
-          f"mean cliff RMSE {means[1]:.4f} fixed, {means[3]:.4f} stacked (rule: not higher)")
+        rows_out, "weight: the network weight fitted on the whole validation tenth"), line
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,14 +261,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="benchmarks/moleculeace.py --report val output folders")
     parser.add_argument("--shrink", action="store_true",
                         help="the weight shrunk toward 0.5 by its standard error")
+    parser.add_argument("--out", type=Path, help="the record (default results/blend_stack.json)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    if args.runs:
-        molecule_rows(args.runs, args.shrink)
-    if args.moleculeace:
-        moleculeace_rows(args.moleculeace, args.shrink)
     if not args.runs and not args.moleculeace:
         parser.error("give --runs, --moleculeace or both")
+    torch.set_num_threads(1)
+    parts = ([molecule_rows(args.runs, args.shrink)] if args.runs else []) + (
+        [moleculeace_rows(args.moleculeace, args.shrink)] if args.moleculeace else [])
+    kind = "shrunk toward 0.5 by its standard error" if args.shrink else "least squares"
+    summary = (f"The network's blend weight fitted per task on the validation part ({kind}), "
+               "scored by two-fold cross-fitting against the fixed 0.5: "
+               + " ".join(line for _, line in parts))
+    finish(make_record("blend_stack", "A network weight fitted per task against the fixed 0.5",
+                       summary, [t for t, _ in parts], 1), args.out)
 
 
 if __name__ == "__main__":

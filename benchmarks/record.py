@@ -244,6 +244,56 @@ def peak_mb_here(fn: Callable[[], object]) -> float:
     return max(_status_mb("VmHWM") - before, 0.0)
 
 
+def _proc_kb(pid: int, path: str, field: str) -> int:
+    """A ``field:  N kB`` line of /proc/PID/PATH in kB (0 if the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/{path}") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    """PIDs of ``root``'s living descendants, from the parent PIDs in /proc/*/stat."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    # the command name may hold spaces: the fields after ")" are safe
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, p in parents.items() if p == pid]
+        found += children
+        frontier += children
+    return found
+
+
+def watch_tree(proc: subprocess.Popen, interval: float = 0.25) -> dict:
+    """Wait for ``proc``, polling the memory of it and its descendants: MB of the
+    parent's and the largest worker's peak RSS (VmHWM), their sum (an upper bound:
+    forked workers share pages) and the peak total PSS seen in one poll."""
+    hwm: dict[int, int] = {}
+    pss_peak = 0
+    while proc.poll() is None:
+        pids = [proc.pid, *_descendants(proc.pid)]
+        for pid in pids:
+            hwm[pid] = max(hwm.get(pid, 0), _proc_kb(pid, "status", "VmHWM"))
+        pss_peak = max(pss_peak, sum(_proc_kb(pid, "smaps_rollup", "Pss") for pid in pids))
+        time.sleep(interval)
+    children = [v for pid, v in hwm.items() if pid != proc.pid]
+    return {"parent_peak": hwm.get(proc.pid, 0) / 1024,
+            "child_peak": max(children, default=0) / 1024,
+            "rss_sum": sum(hwm.values()) / 1024, "pss_peak": pss_peak / 1024}
+
+
 def subprocess_json(script: str, case: str, extra: list[str] | None = None) -> dict:
     """Run ``python script --memory case`` (glibc's mmap threshold fixed, module
     docstring) and return the JSON object its last line prints."""

@@ -52,16 +52,7 @@ def test_speed_rows_take_the_start_up_off_and_compare_to_the_anchor(bench):
     assert rows[2][5] == "-"  # faster than its start-up: no rate after it
 
 
-@pytest.fixture()
-def costs(monkeypatch):
-    """benchmarks/featurise_cost.py, importable from benchmarks/ for this test only."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    import featurise_cost
-
-    return featurise_cost
-
-
-def test_the_floor_counts_the_set_s_own_descriptors(costs):
+def test_the_floor_counts_the_set_s_own_descriptors(bench):
     """The C++ parts the floor times are descriptors of the rdkit set, with its values."""
     import numpy as np
     from rdkit import Chem
@@ -71,18 +62,18 @@ def test_the_floor_counts_the_set_s_own_descriptors(costs):
     names = [name for name, _ in set_functions("rdkit")]
     mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1C(=O)N1CCCC1")
     values = dict(zip(names, mol_descriptors(Chem.Mol(mol))[0].tolist()))
-    cpp = costs.cpp_functions()
+    cpp = bench.cpp_functions()
     assert len(cpp) > 20 and {"Chi4v", "Kappa3", "TPSA", "NumRotatableBonds"} <= dict(cpp).keys()
     for name, fn in cpp:
         assert np.float32(fn(Chem.Mol(mol))) == np.float32(values[name]), name
     fragments = [n for n in names if n.startswith("fr_")]
-    counts = [len(mol.GetSubstructMatches(p, uniquify=True)) for p in costs.fragment_patterns()]
+    counts = [len(mol.GetSubstructMatches(p, uniquify=True)) for p in bench.fragment_patterns()]
     assert len(counts) == len(fragments) == 85
     assert counts == [values[n] for n in fragments] and sum(counts) > 0
 
 
-def test_the_floor_row_adds_the_graph_and_the_c_parts(costs):
-    table, ms = costs.cost_table(["CCO", "c1ccccc1O", "not a smiles", "CC(=O)N"], 1)
+def test_the_floor_row_adds_the_graph_and_the_c_parts(bench):
+    table, ms = bench.cost_table(["CCO", "c1ccccc1O", "not a smiles", "CC(=O)N"], 1)
     parts = [k for k in ms if k.startswith(("atom graph", "of which"))]
     assert len(parts) == 3
     assert ms["floor: atom graph + the C++ parts"] == pytest.approx(sum(ms[k] for k in parts))
