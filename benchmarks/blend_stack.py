@@ -40,14 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from molecule_jobs import SETS  # noqa: E402
 from record import finish, make_record, table  # noqa: E402
 
-from setattn.molprop.batching import batches, stacked_targets  # noqa: E402
+from setattn.molprop.blend_fit import shrunk_weight, validation_parts  # noqa: E402
 from setattn.molprop.checkpoint import load_run  # noqa: E402
 from setattn.molprop.featurize import featurize  # noqa: E402
 from setattn.molprop.fingerprint_kernel import stack_weights  # noqa: E402
-from setattn.molprop.inference import forward_batches  # noqa: E402
 from setattn.molprop.metrics import evaluate  # noqa: E402
+from setattn.molprop.model import KERNEL_BLEND  # noqa: E402
 
-FIXED = 0.5
+FIXED = KERNEL_BLEND
 TOLERANCE = 1e-5
 """Largest relative difference between a reloaded metric and the run's record."""
 
@@ -90,15 +90,11 @@ def load_parts(folder: Path) -> tuple[Parts, dict]:
     if "components" not in metrics:
         raise SystemExit(f"{folder}: the run has no kernel part, so no blend to weigh")
     models, _ = load_run(folder)
-    first = models[0]
     val = validation_molecules(Path(config["data"]), config["smiles_column"],
-                               metrics["targets"], rows, first.config.descriptor_dim)
-    batched = batches(val)
-    network = torch.stack([m.to_units(forward_batches(m, batched, "network"))
-                           for m in models]).mean(0)  # (M, T)
-    kernel = first.to_units(first.kernel_as_outputs(forward_batches(first, batched, "kernel")))
-    parts = Parts(folder, metrics["task"], stacked_targets(val, len(metrics["targets"])),
-                  network.double(), kernel.double(), [d.smiles for d in val])
+                               metrics["targets"], rows, models[0].config.descriptor_dim)
+    y, network, kernel = validation_parts(models, val)  # (M, T) each
+    parts = Parts(folder, metrics["task"], y, network.double(), kernel.double(),
+                  [d.smiles for d in val])
     recorded = metrics["components"]["val"]
     for name, weight in (("attention", 1.0), ("kernel_ridge", 0.0)):
         for key, value in recorded[name].items():
@@ -122,25 +118,9 @@ def score(parts: Parts, predicted: torch.Tensor, key: str) -> float:
     return evaluate(parts.y, predicted, parts.task, names, "validation part")[key]
 
 
-def shrunk_weight(r_network: torch.Tensor, r_kernel: torch.Tensor) -> float:
-    """The network weight stacked on residuals (L,), its step from ``FIXED`` shrunk by
-    its standard error: w = argmin mean((w r_n + (1 - w) r_k)^2) unclipped, d = w - 0.5,
-    se^2 = mean(e^2) / sum(g^2) with g = r_n - r_k and e = r_k + w g the stack's
-    residuals; the weight is 0.5 + d^2 / (d^2 + se^2) * d, clipped to [0, 1]."""
-    gap = r_network - r_kernel  # (L,)
-    denominator = float(gap.square().sum())
-    if denominator == 0.0:
-        return FIXED
-    w = -float((r_kernel * gap).sum()) / denominator
-    se2 = float((r_kernel + w * gap).square().mean()) / denominator
-    d = w - FIXED
-    shrink = d * d / (d * d + se2) if d * d + se2 > 0 else 0.0
-    return min(max(FIXED + shrink * d, 0.0), 1.0)
-
-
 def fitted_weights(parts: Parts, rows: torch.Tensor, shrink: bool = False) -> torch.Tensor:
     """(T,) the stacked network weight of each task, fitted on ``rows`` (labelled only);
-    with ``shrink``, ``shrunk_weight``'s."""
+    with ``shrink``, ``blend_fit.shrunk_weight``'s (the default model's rule)."""
     weights = []
     for t in range(parts.y.shape[1]):
         y = parts.y[rows, t].double()

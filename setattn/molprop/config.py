@@ -107,6 +107,8 @@ class RunConfig:
         kernel_fingerprints: "on" stacks a kernel ridge on Morgan count fingerprints
             with the descriptor kernel ridge (``setattn.molprop.fingerprint_kernel``);
             "off" keeps the descriptor one alone.
+        network_weight: "stacked" fits the network's weight in the blend per task on the
+            validation part (``setattn.molprop.blend_fit``); "fixed" keeps 0.5.
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -145,6 +147,10 @@ class RunConfig:
                                       "fingerprints with the descriptor kernel ridge, "
                                       "weighted by their leave-one-out errors (off: the "
                                       "descriptor kernel ridge alone)", choices=["on", "off"])
+    network_weight: str = option("stacked", "the attention network's weight against the "
+                                 "kernel ridge: stacked (per task, fitted on the validation "
+                                 "part and shrunk toward 0.5 by its standard error) or fixed "
+                                 "(0.5)", choices=["stacked", "fixed"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int,
                                   bounds=Range(1, largest=RUN_BOUNDS["max_heavy_atoms"]))
@@ -182,6 +188,9 @@ class RunConfig:
         if self.kernel_fingerprints not in ("on", "off"):
             raise SettingError("kernel_fingerprints", f"must be on or off, got "
                                f"{self.kernel_fingerprints!r}")
+        if self.network_weight not in ("stacked", "fixed"):
+            raise SettingError("network_weight", f"must be stacked or fixed, got "
+                               f"{self.network_weight!r}")
         if self.kernel_ridge == "on" and not self.model.descriptor_dim:
             raise SettingError("kernel_ridge", "on needs descriptors (it regresses on them), "
                                "not descriptors none", colon=True)

@@ -9,10 +9,12 @@ The layers::
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
              [++ molecule descriptors (G, F_desc)]
     head: Linear -> ReLU -> Dropout -> Linear -> (G, T)
-    [kernel_size > 0: prediction = (head + kernel) / 2, kernel = KernelRidge(descriptors),
-     or with ``fingerprint_kernel`` w KernelRidge(descriptors) + (1 - w)
-     FingerprintRidge(fingerprint), w per task; for classification the mean of the two
-     probabilities, the kernel ridges' scores fitted to the 0/1 labels]
+    [kernel_size > 0: prediction = b head + (1 - b) kernel, b = 0.5 or, with
+     ``fitted_blend``, one per task fitted on the validation part
+     (``setattn.molprop.blend_fit``); kernel = KernelRidge(descriptors), or with
+     ``fingerprint_kernel`` w KernelRidge(descriptors) + (1 - w)
+     FingerprintRidge(fingerprint), w per task; for classification the weighted mean
+     of the two probabilities, the kernel ridges' scores fitted to the 0/1 labels]
 
 Regression outputs are in standardised target units (the trainer scales them back);
 classification outputs are logits, one per task. The readout's attention weights
@@ -21,7 +23,7 @@ they are recorded under the module path ``"pool"`` by ``setattn.capture()``.
 
 The optional kernel ridge (``setattn.molprop.kernel``) is fitted in closed form on the
 training molecules' descriptors before training; ``forward`` is the attention network
-alone (what training optimises), ``predict`` the mean of the two (``KERNEL_BLEND``).
+alone (what training optimises), ``predict`` the blend of the two (``blend``).
 How the blend weight, the width and the batch size were chosen, with the commands, is
 in ``docs/guide/defaults.rst``.
 """
@@ -78,6 +80,9 @@ class MoleculeModelConfig:
         fingerprint_kernel: stack a kernel ridge on Morgan count fingerprints
             (``setattn.molprop.fingerprint_kernel``) with the descriptor kernel ridge
             (needs ``kernel_size``); batches then carry ``fingerprint`` (G, BITS).
+        fitted_blend: the network's weight in the blend is one per task (buffer
+            ``blend`` (T,)), set after training by ``blend_fit.fit_network_weights``;
+            else one number, ``KERNEL_BLEND`` (needs ``kernel_size``).
         global_layers: how many of the last graph attention layers are each followed by
             a global attention block over all atoms of the molecule (0: none).
         max_hops: K of the global blocks' distance bias: bond distances of K or more
@@ -103,6 +108,7 @@ class MoleculeModelConfig:
     bond_dim: int = bounded(BOND_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["bond_dim"]))
     kernel_size: int = bounded(0, Range(0, largest=MODEL_BOUNDS["kernel_size"]))
     fingerprint_kernel: bool = False
+    fitted_blend: bool = False
     global_layers: int = option(0, "follow each of the last N graph attention layers by "
                                 "global attention over all atoms of the molecule, biased "
                                 "by bond distance", type=int)
@@ -144,6 +150,9 @@ class MoleculeModelConfig:
         if self.fingerprint_kernel and not self.kernel_size:
             raise SettingError("fingerprint_kernel", "needs kernel_size (it is stacked with "
                                "the descriptor kernel ridge)")
+        if self.fitted_blend and not self.kernel_size:
+            raise SettingError("fitted_blend", "needs kernel_size (it weighs the network "
+                               "against the kernel ridge)")
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:
@@ -228,8 +237,9 @@ class MoleculeModel(nn.Module):
             self.fingerprint_kernel = FingerprintRidge(c.kernel_size, c.num_tasks, BITS)
             # (T,) weight of the descriptor kernel ridge against the fingerprint one
             self.register_buffer("kernel_mix", torch.ones(c.num_tasks))
-        # () weight of the network in ``predict``
-        self.register_buffer("blend", torch.tensor(KERNEL_BLEND if c.kernel_size else 1.0))
+        # () weight of the network in ``predict``, or (T,) with ``fitted_blend``
+        blend = torch.tensor(KERNEL_BLEND if c.kernel_size else 1.0, device="cpu")
+        self.register_buffer("blend", blend.repeat(c.num_tasks) if c.fitted_blend else blend)
 
     def fit_scaling(self, y: Tensor, descriptors: Tensor | None = None) -> None:
         """Set target (regression) and descriptor scaling from training data.

@@ -87,7 +87,7 @@ def ensemble_scores(models: Sequence[MoleculeModel], val: Sequence[Data],
             "test": conformal.interval_report(test_y, test_mean, test_u, cal)}
     if kernel_info is not None:
         scores["components"] = {
-            "blend": float(models[0].blend), "kernel": kernel_info,
+            "blend": models[0].blend.tolist(), "kernel": kernel_info,
             **{name: component_metrics(models, part, task, names, f"{words} part")
                for name, part, words in (("val", val, "validation"), ("test", test, "test"))}}
     return scores

@@ -42,7 +42,8 @@ from setattn.domains.molecules import InvalidSmilesError
 from setattn.files import write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import stacked_targets
-from setattn.molprop.checkpoint import load_checkpoint
+from setattn.molprop.blend_fit import fit_network_weights
+from setattn.molprop.checkpoint import load_checkpoint, save_checkpoint
 from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.epoch_log import EpochLog
 from setattn.molprop.failures import report_failures, skipped_rows
@@ -93,15 +94,17 @@ def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
     return splits.kfold(n, run.split_sizes, run.seed, run.fold)
 
 
-def _started_kernel(out: Path) -> tuple[int, bool] | None:
-    """The kernel ridge size M of a run's first member's checkpoint and whether it
-    stacks a fingerprint kernel ridge (None: no checkpoint yet)."""
+def _started_kernel(out: Path) -> tuple[int, bool, bool] | None:
+    """The kernel ridge size M of a run's first member's checkpoint, whether it stacks
+    a fingerprint kernel ridge and whether its blend weight is fitted per task (None: no
+    checkpoint yet)."""
     for name, kind in (("last.pt", "training"), ("best.pt", "model")):
         path = out / "model_0" / name
         if path.is_file():
             config = load_checkpoint(path, kind)["config"]
             return (int(config.get("kernel_size", 0)),
-                    bool(config.get("fingerprint_kernel", False)))
+                    bool(config.get("fingerprint_kernel", False)),
+                    bool(config.get("fitted_blend", False)))
     return None
 
 
@@ -132,10 +135,10 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
 
 
 def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
-                 ) -> tuple[int, bool]:
-    """M of the run's kernel ridge (0: none) and whether it stacks a fingerprint kernel
-    ridge, decided by the main process for all ranks; a resumed run keeps the choices
-    it started with.
+                 ) -> tuple[int, bool, bool]:
+    """M of the run's kernel ridge (0: none), whether it stacks a fingerprint kernel
+    ridge and whether the network's blend weight is fitted per task, decided by the main
+    process for all ranks; a resumed run keeps the choices it started with.
 
     Raises:
         ValueError: naming ``--kernel-ridge`` where "on" cannot fit it, or ``--resume``
@@ -144,16 +147,17 @@ def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
     decision = None
     if distributed.world().is_main:
         started = _started_kernel(out) if resume else None
-        fingerprints = run.kernel_fingerprints == "on" if started is None else started[1]
-        decision = (_kernel_decision(run, n_train, started and started[0]), fingerprints)
-    ((size, note), error), fingerprints = distributed.broadcast(decision)
+        chosen = (run.kernel_fingerprints == "on", run.network_weight == "stacked")
+        decision = (_kernel_decision(run, n_train, started and started[0]),
+                    chosen if started is None else started[1:])
+    ((size, note), error), (fingerprints, fitted) = distributed.broadcast(decision)
     if isinstance(error, tuple):
         raise SettingError(*error, colon=True)
     if error:
         raise ValueError(error)
     if note:
         log(note)
-    return size, bool(size) and fingerprints
+    return size, bool(size) and fingerprints, bool(size) and fitted
 
 
 @dataclass
@@ -247,11 +251,13 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     limits.check_memory(estimate, batch, run.ensemble_size)
 
 
-def _model_config(run: RunConfig, kernel_size: int, fingerprints: bool) -> MoleculeModelConfig:
-    """The run's model settings with its task, target count and kernel ridges."""
+def _model_config(run: RunConfig, kernel_size: int, fingerprints: bool, fitted: bool
+                  ) -> MoleculeModelConfig:
+    """The run's model settings with its task, target count, kernel ridges and blend."""
     return MoleculeModelConfig.from_dict(
         {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task,
-         "kernel_size": kernel_size, "fingerprint_kernel": fingerprints})
+         "kernel_size": kernel_size, "fingerprint_kernel": fingerprints,
+         "fitted_blend": fitted})
 
 
 def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
@@ -296,6 +302,23 @@ def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelCon
         if epoch_log is not None:
             epoch_log.write(done)
     return results
+
+
+def _fit_blend(results: Sequence[FitResult], val: Sequence[Data], out: Path, main: bool,
+               log: Log) -> None:
+    """Fit the network's blend weight per task on the validation part
+    (``blend_fit.fit_network_weights``), set it in every member and, on the main
+    process, write it into each member's ``best.pt``."""
+    weights = fit_network_weights([r.model for r in results], val)  # (T,)
+    for k, r in enumerate(results):
+        r.model.blend.copy_(weights.to(r.model.blend))
+        if main:
+            path = out / f"model_{k}" / "best.pt"
+            ckpt = load_checkpoint(path)
+            ckpt["state_dict"]["blend"] = weights.clone()
+            save_checkpoint(ckpt, path)
+    log("network weight in the blend, fitted on the validation part: "
+        + ", ".join(f"{w:.2f}" for w in weights.tolist()))
 
 
 def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
@@ -412,8 +435,8 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
     main = distributed.world().is_main
     log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
-    size, fingerprints = _kernel_size(run, len(parts.train), log, out, resume)  # first
-    model_config = _model_config(run, size, fingerprints)
+    size, fingerprints, fitted = _kernel_size(run, len(parts.train), log, out, resume)
+    model_config = _model_config(run, size, fingerprints, fitted)
     kernels = kernel_info = None
     if size:
         log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")
@@ -431,6 +454,8 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
                 f"with the descriptor one at weight {weights} (descriptors)")
     results = _train_members(run, parts, model_config, kernels, out, resume=resume,
                              callback=callback, log=log, checkpoint_seconds=checkpoint_seconds)
+    if fitted:
+        _fit_blend(results, parts.val, out, main, log)
     if main:
         rows = [row for r in results for row in r.rows]
         plot_training_curve(rows, out / "curve.png", metric=f"val_{results[0].monitor}")

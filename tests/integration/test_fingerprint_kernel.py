@@ -158,7 +158,8 @@ def test_a_run_stacks_the_two_kernel_ridges_and_predicts_what_it_saved(tmp_path,
         descriptor = model.kernel(batch.descriptors)[:, 0].double()
         fingerprint = model.fingerprint_kernel(batch.fingerprint)[:, 0]
         stacked = weight * descriptor + (1 - weight) * fingerprint  # standardised
-        expected = model.to_units((model(batch)[:, 0].double() + stacked)[:, None] / 2)
+        b = float(model.blend[0])  # the network's weight, fitted on the validation part
+        expected = model.to_units((b * model(batch)[:, 0].double() + (1 - b) * stacked)[:, None])
     got = torch.tensor([float(r["expt"]) for r in rows])
     np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-5)
     del batch.fingerprint

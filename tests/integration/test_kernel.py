@@ -199,26 +199,40 @@ def test_bad_shapes_and_a_task_without_labels_are_refused():
         krr.fit(x.float(), y.float())
 
 
-def test_model_predicts_the_mean_of_network_and_kernel(tmp_path, capsys):
+def test_model_predicts_the_weighted_mean_of_network_and_kernel(tmp_path, capsys):
     data, out, stdout, metrics = freesolv_run(tmp_path, capsys)
-    assert "kernel ridge on" in stdout
+    assert "kernel ridge on" in stdout and "network weight in the blend" in stdout
     parts = metrics["components"]
-    assert parts["blend"] == KERNEL_BLEND and parts["kernel"]["gamma"] > 0
-    # the run's test predictions are the mean of the two parts, so is its RMSE bound
-    for split in ("val", "test"):
-        net, ker = parts[split]["attention"]["rmse"], parts[split]["kernel_ridge"]["rmse"]
-        assert metrics[split]["rmse"] <= (net + ker) / 2 + 1e-6
+    (w,) = parts["blend"]  # fitted on the validation part, one per task
+    assert 0.0 <= w <= 1.0 and parts["kernel"]["gamma"] > 0
     (model,), _ = load_run(out)
     assert model.config.kernel_size == metrics["split"]["train"]
+    assert model.blend.tolist() == pytest.approx([w])  # written into best.pt
     rows = predicted_rows(out, data, tmp_path, capsys)
     batch = next(iter(DataLoader([featurize(r["smiles"], model.config.descriptor_dim)
                                   for r in rows[:6]], batch_size=6)))
     with torch.no_grad():
         net = model.to_units(model(batch))
         ker = model.to_units(model.kernel_outputs(batch))
-    expected = (net + ker) / 2  # (6, 1)
+    expected = w * net + (1 - w) * ker  # (6, 1)
     got = torch.tensor([float(r["expt"]) for r in rows[:6]])
     np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_fixed_weight_predicts_the_mean_of_network_and_kernel(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 40)
+    out = tmp_path / "run"
+    status, stdout, _ = train_tiny(data, out, capsys, "--network-weight", "fixed")
+    assert status == 0 and "network weight in the blend" not in stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    parts = metrics["components"]
+    assert parts["blend"] == KERNEL_BLEND
+    # the run's predictions are the mean of the two parts, so is its RMSE bound
+    for split in ("val", "test"):
+        net, ker = parts[split]["attention"]["rmse"], parts[split]["kernel_ridge"]["rmse"]
+        assert metrics[split]["rmse"] <= (net + ker) / 2 + 1e-6
+    (model,), _ = load_run(out)
+    assert model.blend.shape == () and not model.config.fitted_blend
 
 
 def test_kernel_is_off_without_descriptors_on_request_and_for_several_classification_tasks(
@@ -262,7 +276,7 @@ def test_auto_fits_the_kernel_for_one_classification_task(one_task):
     assert "(on the 0/1 labels)" in stdout
     (model,), _ = load_run(out)
     assert model.kernel is not None and model.config.kernel_size > 0
-    assert float(model.blend) == KERNEL_BLEND
+    assert model.blend.shape == (1,) and 0.0 <= float(model.blend[0]) <= 1.0
     parts = json.loads((out / "metrics.json").read_text())["components"]
     assert set(parts["val"]) == {"attention", "kernel_ridge"}
 
@@ -297,7 +311,7 @@ def test_explain_gives_contributions_to_the_blended_classification_logit(one_tas
         assert abs(e.attribution.gap()) <= e.attribution.delta + 1e-4
 
 
-def test_classification_on_request_averages_the_two_probabilities(tmp_path, capsys):
+def test_classification_on_request_weighs_the_two_probabilities(tmp_path, capsys):
     tox = tox21_slice(tmp_path / "tox.csv", 40)
     out = tmp_path / "tox"
     status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
@@ -316,7 +330,8 @@ def test_classification_on_request_averages_the_two_probabilities(tmp_path, caps
     with torch.no_grad():
         net = torch.sigmoid(model(batch))  # (6, 2)
         score = model.kernel_outputs(batch)  # (6, 2) fitted to 0/1 labels
-    expected = KERNEL_BLEND * net + (1 - KERNEL_BLEND) * score.clamp(SCORE_EPS, 1 - SCORE_EPS)
+    w = model.blend  # (2,) fitted per task on the validation part
+    expected = w * net + (1 - w) * score.clamp(SCORE_EPS, 1 - SCORE_EPS)  # (6, 2)
     got = torch.tensor([[float(r["NR-AR"]), float(r["SR-p53"])] for r in rows])
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
     assert ((got > 0) & (got < 1)).all()

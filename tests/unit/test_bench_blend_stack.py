@@ -66,21 +66,3 @@ def test_a_ratio_below_one_means_the_stacked_weight_is_better(bench):
     assert bench.ratio(0.9, 1.0, "rmse") == pytest.approx(0.9)
     assert bench.ratio(0.95, 0.9, "roc_auc") == pytest.approx(0.9 / 0.95)
 
-
-def test_the_shrunk_weight_keeps_a_clear_step_and_drops_a_noisy_one(bench):
-    g = torch.Generator().manual_seed(2)
-    y = torch.randn(400, generator=g, dtype=torch.float64)
-    # a clear case: the kernel is exact, the network far off; the step to 0 is kept
-    r_kernel = torch.zeros(400, dtype=torch.float64)
-    r_network = torch.randn(400, generator=g, dtype=torch.float64)
-    assert bench.shrunk_weight(r_network, r_kernel) == pytest.approx(0.0, abs=1e-9)
-    # two equally good, independent parts on 6 molecules: the unshrunk weight wanders,
-    # the shrunk one moves less far from 0.5
-    r_network = torch.randn(6, generator=g, dtype=torch.float64)
-    r_kernel = torch.randn(6, generator=g, dtype=torch.float64)
-    gap = r_network - r_kernel
-    raw = -float((r_kernel * gap).sum()) / float(gap.square().sum())
-    shrunk = bench.shrunk_weight(r_network, r_kernel)
-    assert abs(shrunk - 0.5) < abs(raw - 0.5)
-    assert 0.0 <= shrunk <= 1.0
-    assert bench.shrunk_weight(y, y) == 0.5  # the parts agree: nothing to fit
