@@ -77,6 +77,23 @@ def train_tiny(data: Path, out: Path, capsys, *flags: str, targets: Sequence[str
                 "--output-dir", out, *TINY, *flags], capsys)
 
 
+def run_from_before(data: Path, out: Path, capsys, flag: str, value: str, run_key: str,
+                    model_key: str) -> float:
+    """Train a tiny run with ``flag value``, then make it look written before the option
+    existed: ``run_key`` gone from ``config.json`` and ``model_key`` from the model config
+    of its checkpoints. Returns its test RMSE, for a resume to reproduce."""
+    assert train_tiny(data, out, capsys, flag, value)[0] == 0
+    config = json.loads((out / "config.json").read_text())
+    del config[run_key]
+    (out / "config.json").write_text(json.dumps(config))
+    for name in ("last.pt", "best.pt"):
+        path = out / "model_0" / name
+        ckpt = torch.load(path, weights_only=True)
+        del ckpt["config"][model_key]
+        torch.save(ckpt, path)
+    return json.loads((out / "metrics.json").read_text())["test"]["rmse"]
+
+
 def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))

@@ -8,7 +8,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from molecule_runs import freesolv_run, freesolv_slice, predicted_rows, train_tiny
+from molecule_runs import (
+    freesolv_run,
+    freesolv_slice,
+    predicted_rows,
+    run_from_before,
+    train_tiny,
+)
 from rdkit import Chem
 from rdkit.Chem import rdFingerprintGenerator
 
@@ -220,17 +226,8 @@ def test_the_dense_kernel_equals_the_sparse_one_on_whole_counts():
 def test_a_run_started_without_fingerprints_resumes_without_them(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     out = tmp_path / "run"
-    assert train_tiny(data, out, capsys, "--kernel-fingerprints", "off")[0] == 0
-    first = json.loads((out / "metrics.json").read_text())["test"]["rmse"]
-    # as written before the option existed: no key in config.json nor in the checkpoints
-    config = json.loads((out / "config.json").read_text())
-    del config["kernel_fingerprints"]
-    (out / "config.json").write_text(json.dumps(config))
-    for name in ("last.pt", "best.pt"):
-        path = out / "model_0" / name
-        ckpt = torch.load(path, weights_only=True)
-        del ckpt["config"]["fingerprint_kernel"]
-        torch.save(ckpt, path)
+    first = run_from_before(data, out, capsys, "--kernel-fingerprints", "off",
+                            "kernel_fingerprints", "fingerprint_kernel")
     status, stdout, _ = train_tiny(data, out, capsys, "--resume")
     assert status == 0 and "fingerprint kernel ridge" not in stdout
     (model,), _ = load_run(out)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-import torch
-from molecule_runs import freesolv_slice, train_tiny
+from molecule_runs import freesolv_slice, run_from_before, train_tiny
 
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.model import KERNEL_BLEND
@@ -15,17 +14,8 @@ from setattn.molprop.model import KERNEL_BLEND
 def test_a_run_started_with_the_fixed_weight_resumes_with_it(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     out = tmp_path / "run"
-    assert train_tiny(data, out, capsys, "--network-weight", "fixed")[0] == 0
-    first = json.loads((out / "metrics.json").read_text())["test"]["rmse"]
-    # as written before the option existed: no key in config.json nor in the checkpoints
-    config = json.loads((out / "config.json").read_text())
-    del config["network_weight"]
-    (out / "config.json").write_text(json.dumps(config))
-    for name in ("last.pt", "best.pt"):
-        path = out / "model_0" / name
-        ckpt = torch.load(path, weights_only=True)
-        del ckpt["config"]["fitted_blend"]
-        torch.save(ckpt, path)
+    first = run_from_before(data, out, capsys, "--network-weight", "fixed", "network_weight",
+                            "fitted_blend")
     status, stdout, _ = train_tiny(data, out, capsys, "--resume")
     assert status == 0 and "network weight in the blend" not in stdout
     (model,), _ = load_run(out)
