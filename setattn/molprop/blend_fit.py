@@ -27,11 +27,11 @@ __all__ = ["fit_network_weights", "shrunk_weight", "validation_parts"]
 def shrunk_weight(r_network: Tensor, r_kernel: Tensor, centre: float = KERNEL_BLEND) -> float:
     """The network's weight from the residuals (L,) of the two parts on labelled molecules.
 
-    The unclipped least-squares weight ``w = argmin mean((w r_n + (1 - w) r_k)^2)``, its
-    step ``d = w - centre`` shrunk to ``d^3 / (d^2 + se^2)``, where ``se^2 = mean(e^2) /
-    sum(g^2)``, with ``g = r_n - r_k`` and ``e = r_k + w g``, is the variance of w as a
-    regression coefficient. The result is clipped to [0, 1]. Parts that agree on every
-    molecule give ``centre``.
+    Starts from the unclipped least-squares weight ``w = argmin mean((w r_n + (1 - w)
+    r_k)^2)``. Its step ``d = w - centre`` becomes ``d^3 / (d^2 + se^2)``, where
+    ``se^2 = mean(e^2) / sum(g^2)`` (``g = r_n - r_k``, ``e = r_k + w g``) estimates the
+    variance of w as a regression coefficient, and the result is clipped to [0, 1]. Parts
+    that agree on every molecule give ``centre``.
     """
     r_network, r_kernel = r_network.double(), r_kernel.double()
     gap = r_network - r_kernel  # (L,)
