@@ -1,8 +1,9 @@
 """The network's weight in a model's blend, fitted per task on the validation part.
 
 A model with a kernel part predicts ``w * network + (1 - w) * kernel`` in target units
-(or probabilities, for classification). By default (``network_weight="stacked"``) the
-weight w of each task is fitted once the ensemble has trained: the least-squares weight
+(or probabilities, for classification, where w stays 0.5). By default
+(``network_weight="stacked"``) a regression model's weight w of each task is fitted once
+the ensemble has trained: the least-squares weight
 of the two parts' residuals on the validation part, with its step away from 0.5 shrunk
 by its own standard error (``shrunk_weight``). A weight fitted on a few dozen molecules
 stays near 0.5; one that the data clearly support is kept. The rule and the runs that

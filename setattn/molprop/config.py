@@ -107,8 +107,9 @@ class RunConfig:
         kernel_fingerprints: "on" stacks a kernel ridge on Morgan count fingerprints
             with the descriptor kernel ridge (``setattn.molprop.fingerprint_kernel``);
             "off" keeps the descriptor one alone.
-        network_weight: "stacked" fits the network's weight in the blend per task on the
-            validation part (``setattn.molprop.blend_fit``); "fixed" keeps 0.5.
+        network_weight: "stacked" fits the network's weight in the blend of a regression
+            model per task on the validation part (``setattn.molprop.blend_fit``);
+            "fixed", and every classification model, keep 0.5.
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -148,9 +149,10 @@ class RunConfig:
                                       "weighted by their leave-one-out errors (off: the "
                                       "descriptor kernel ridge alone)", choices=["on", "off"])
     network_weight: str = option("stacked", "the attention network's weight against the "
-                                 "kernel ridge: stacked (per task, fitted on the validation "
-                                 "part and shrunk toward 0.5 by its standard error) or fixed "
-                                 "(0.5)", choices=["stacked", "fixed"])
+                                 "kernel ridge in regression: stacked (per task, fitted on "
+                                 "the validation part and shrunk toward 0.5 by its standard "
+                                 "error) or fixed (0.5, as classification always has)",
+                                 choices=["stacked", "fixed"])
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int,
                                   bounds=Range(1, largest=RUN_BOUNDS["max_heavy_atoms"]))

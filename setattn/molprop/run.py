@@ -147,7 +147,8 @@ def _kernel_size(run: RunConfig, n_train: int, log: Log, out: Path, resume: bool
     decision = None
     if distributed.world().is_main:
         started = _started_kernel(out) if resume else None
-        chosen = (run.kernel_fingerprints == "on", run.network_weight == "stacked")
+        chosen = (run.kernel_fingerprints == "on",
+                  run.network_weight == "stacked" and run.task == "regression")
         decision = (_kernel_decision(run, n_train, started and started[0]),
                     chosen if started is None else started[1:])
     ((size, note), error), (fingerprints, fitted) = distributed.broadcast(decision)

@@ -276,7 +276,7 @@ def test_auto_fits_the_kernel_for_one_classification_task(one_task):
     assert "(on the 0/1 labels)" in stdout
     (model,), _ = load_run(out)
     assert model.kernel is not None and model.config.kernel_size > 0
-    assert model.blend.shape == (1,) and 0.0 <= float(model.blend[0]) <= 1.0
+    assert float(model.blend) == KERNEL_BLEND  # classification keeps the fixed weight
     parts = json.loads((out / "metrics.json").read_text())["components"]
     assert set(parts["val"]) == {"attention", "kernel_ridge"}
 
@@ -311,7 +311,7 @@ def test_explain_gives_contributions_to_the_blended_classification_logit(one_tas
         assert abs(e.attribution.gap()) <= e.attribution.delta + 1e-4
 
 
-def test_classification_on_request_weighs_the_two_probabilities(tmp_path, capsys):
+def test_classification_on_request_averages_the_two_probabilities(tmp_path, capsys):
     tox = tox21_slice(tmp_path / "tox.csv", 40)
     out = tmp_path / "tox"
     status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
@@ -330,8 +330,7 @@ def test_classification_on_request_weighs_the_two_probabilities(tmp_path, capsys
     with torch.no_grad():
         net = torch.sigmoid(model(batch))  # (6, 2)
         score = model.kernel_outputs(batch)  # (6, 2) fitted to 0/1 labels
-    w = model.blend  # (2,) fitted per task on the validation part
-    expected = w * net + (1 - w) * score.clamp(SCORE_EPS, 1 - SCORE_EPS)  # (6, 2)
+    expected = KERNEL_BLEND * net + (1 - KERNEL_BLEND) * score.clamp(SCORE_EPS, 1 - SCORE_EPS)
     got = torch.tensor([[float(r["NR-AR"]), float(r["SR-p53"])] for r in rows])
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
     assert ((got > 0) & (got < 1)).all()
