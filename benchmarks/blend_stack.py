@@ -4,7 +4,9 @@ A regression or single-task classification model blends its network with its ker
 part: ``w * network + (1 - w) * kernel`` in target units or probabilities, with
 ``w = KERNEL_BLEND`` (0.5). The candidate fits ``w`` per task as the least-squares weight
 of the two parts' validation residuals, clipped to [0, 1]
-(``fingerprint_kernel.stack_weights``). This script reloads saved runs, predicts their
+(``fingerprint_kernel.stack_weights``), or with ``--shrink`` that weight's step from 0.5
+shrunk by its standard error (``blend_fit.shrunk_weight``, the default for regression).
+This script reloads saved runs, predicts their
 validation molecules with each part alone, checks that both reproduce the run's recorded
 metrics, and scores the stacked weight by two-fold cross-fitting inside the validation
 part: the part is halved at random (seed 0), the weight fitted on each half predicts the
@@ -40,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from molecule_jobs import SETS  # noqa: E402
 from record import finish, make_record, table  # noqa: E402
 
-from setattn.molprop.blend_fit import shrunk_weight, validation_parts  # noqa: E402
+from setattn.molprop.blend_fit import shrunk_weight, task_weights, validation_parts  # noqa: E402
 from setattn.molprop.checkpoint import load_run  # noqa: E402
 from setattn.molprop.featurize import featurize  # noqa: E402
 from setattn.molprop.fingerprint_kernel import stack_weights  # noqa: E402
@@ -121,15 +123,8 @@ def score(parts: Parts, predicted: torch.Tensor, key: str) -> float:
 def fitted_weights(parts: Parts, rows: torch.Tensor, shrink: bool = False) -> torch.Tensor:
     """(T,) the stacked network weight of each task, fitted on ``rows`` (labelled only);
     with ``shrink``, ``blend_fit.shrunk_weight``'s (the default model's rule)."""
-    weights = []
-    for t in range(parts.y.shape[1]):
-        y = parts.y[rows, t].double()
-        known = ~torch.isnan(y)
-        r_network = (y - parts.network[rows, t])[known]  # (L,)
-        r_kernel = (y - parts.kernel[rows, t])[known]  # (L,)
-        weights.append(shrunk_weight(r_network, r_kernel) if shrink
-                       else stack_weights([r_network], [r_kernel])[0])
-    return torch.tensor(weights, dtype=torch.float64)
+    weigh = shrunk_weight if shrink else (lambda r_n, r_k: stack_weights([r_n], [r_k])[0])
+    return task_weights(parts.y[rows].double(), parts.network[rows], parts.kernel[rows], weigh)
 
 
 def cross_fitted(parts: Parts, shrink: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,7 +12,7 @@ chose it are in ``docs/guide/defaults.rst``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -22,7 +22,7 @@ from setattn.molprop.batching import batches, stacked_targets
 from setattn.molprop.inference import forward_batches
 from setattn.molprop.model import KERNEL_BLEND, MoleculeModel
 
-__all__ = ["fit_network_weights", "shrunk_weight", "validation_parts"]
+__all__ = ["fit_network_weights", "shrunk_weight", "task_weights", "validation_parts"]
 
 
 def shrunk_weight(r_network: Tensor, r_kernel: Tensor, centre: float = KERNEL_BLEND) -> float:
@@ -59,16 +59,23 @@ def validation_parts(models: Sequence[MoleculeModel], val: Sequence[Data]
     return stacked_targets(val, first.config.num_tasks), network, kernel
 
 
-def fit_network_weights(models: Sequence[MoleculeModel], val: Sequence[Data]) -> Tensor:
-    """(T,) float32 network weight of each task (``shrunk_weight``), fitted on the labelled
-    molecules of ``val``; a task without labels keeps ``KERNEL_BLEND``."""
-    y, network, kernel = validation_parts(models, val)
+def task_weights(y: Tensor, network: Tensor, kernel: Tensor,
+                 weigh: Callable[[Tensor, Tensor], float] = shrunk_weight) -> Tensor:
+    """(T,) float64 network weight of each task from targets y and the two parts'
+    predictions (M, T): ``weigh`` of the residuals on the labelled molecules; a task
+    without labels keeps ``KERNEL_BLEND``."""
     weights = []
     for t in range(y.shape[1]):
         known = ~torch.isnan(y[:, t])  # (M,)
         if not bool(known.any()):
             weights.append(KERNEL_BLEND)
             continue
-        weights.append(shrunk_weight((y[:, t] - network[:, t])[known],
-                                     (y[:, t] - kernel[:, t])[known]))
-    return torch.tensor(weights, dtype=torch.float32, device="cpu")
+        weights.append(weigh((y[:, t] - network[:, t])[known],
+                             (y[:, t] - kernel[:, t])[known]))
+    return torch.tensor(weights, dtype=torch.float64, device="cpu")
+
+
+def fit_network_weights(models: Sequence[MoleculeModel], val: Sequence[Data]) -> Tensor:
+    """(T,) float32 network weight of each task (``shrunk_weight``), fitted on the labelled
+    molecules of ``val``; a task without labels keeps ``KERNEL_BLEND``."""
+    return task_weights(*validation_parts(models, val)).float()
