@@ -20,15 +20,15 @@ trainable parameters. An anchor trains ``RunSettings.anchor_ensemble`` models
 (``--ensemble-size``): its test predictions are the mean of the members' (chemprop writes
 one ``model_i/test_predictions.csv`` per member), its fit time the sum of theirs.
 
-Every finished run is a record in ``<out>/results.json``, keyed by (data set, split kind,
-seed, reported part, tool, extra flags); a later call with the same settings skips it,
-so an interrupted benchmark resumes where it stopped. A run directory left by an
-interrupted run is removed and the run started again.
+Every finished run is a record in ``<out>/results.json``, keyed by (set, split kind, seed,
+reported part, tool, extra flags); a later call with the same settings skips it, so an
+interrupted benchmark resumes (its half-written run directory is removed and redone).
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import json
 import os
@@ -183,8 +183,7 @@ def write_csv(path: Path, table: MoleculeTable, targets: tuple[str, ...],
 ANCHORS: dict[str, tuple[str, ...]] = {
     # chemprop's defaults
     "chemprop": (),
-    # chemprop with the normalised RDKit 2D descriptors of chemprop 1 (alias
-    # --features-generators), concatenated to the learned representation
+    # plus chemprop 1's normalised RDKit 2D descriptors (alias --features-generators)
     "chemprop_rdkit": ("--molecule-featurizers", "v1_rdkit_2d_normalized"),
     # chemprop at setattn's width, depth and batch: hidden 96, 1 message step, batches of 96
     "chemprop_w96": ("--message-hidden-dim", "96", "--ffn-hidden-dim", "96", "--depth", "1",
@@ -372,16 +371,18 @@ def load_results(out: Path) -> list[dict]:
 
 
 def _write_results(out: Path, records: list[dict]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "results.json.tmp"
+    tmp = out / f"results.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(records, indent=1))
     os.replace(tmp, out / "results.json")
 
 
 def save_result(out: Path, record: dict) -> None:
-    """Add (or replace) one run's record in ``out/results.json``, atomically."""
-    records = [r for r in load_results(out) if record_key(r) != record_key(record)]
-    _write_results(out, [*records, record])
+    """Add or replace a run's record in ``out/results.json``, atomically and locked."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        records = [r for r in load_results(out) if record_key(r) != record_key(record)]
+        _write_results(out, [*records, record])
 
 
 def _metric(job: Job, smiles: list[str], preds: np.ndarray, tool: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
 from collections import defaultdict
 from pathlib import Path
 
@@ -91,6 +92,28 @@ def test_results_file_replaces_a_rerun_and_keeps_the_others(bench, tmp_path):
     saved = jobs.load_results(tmp_path)
     assert [(r["tool"], r["result"]["metric"]) for r in saved] == [("chemprop", 2.0),
                                                                    ("setattn", 0.5)]
+
+
+def _save_many(out: str, dataset: str, seeds: list[int]) -> None:
+    import molecule_jobs
+
+    for seed in seeds:
+        molecule_jobs.save_result(Path(out), _record("setattn", seed, 1.0, dataset))
+
+
+def test_processes_saving_into_one_results_file_keep_each_others_records(bench, tmp_path):
+    jobs, _ = bench
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=_save_many, args=(str(tmp_path), name, list(range(40))))
+               for name in ("freesolv", "esol", "tox21")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=60)
+    assert [w.exitcode for w in workers] == [0, 0, 0]
+    saved = {(r["dataset"], r["seed"]) for r in jobs.load_results(tmp_path)}
+    assert saved == {(name, seed) for name in ("freesolv", "esol", "tox21")
+                     for seed in range(40)}
 
 
 def test_quality_table_names_the_best_mean_and_the_seed_wins(bench):
