@@ -17,7 +17,8 @@ part of an activity cliff (``cliff_mol``). The paper's results (``published_resu
 are printed beside a test report: SVM, gradient boosting (GBM) and random forests on
 ECFP, and its graph networks (GAT, MPNN, AttentiveFP).
 
-Each finished run is saved at once in ``<--out>/results.json``; a rerun skips saved runs.
+Each finished run is saved at once in ``<--out>/results.json``; a rerun skips saved runs
+and starts an interrupted one again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import argparse
 import csv
 import json
 import shlex
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -139,6 +141,7 @@ def run_all(args: argparse.Namespace) -> dict[str, dict]:
             if key in saved:
                 continue
             run_dir = args.out / name / args.report / tool
+            shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts again
             result = run_setattn(rows, data, run_dir, flags) if tool == "setattn" else \
                 run_anchor(rows, data, run_dir, setattn_ensemble(flags))
             saved[key] = {"set": name, "report": args.report, "tool": tool, **result}

@@ -3,6 +3,7 @@ rows, the validation report that never shows a test row, the scores, the paper's
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from pathlib import Path
 
@@ -58,3 +59,24 @@ def test_the_paper_means_are_the_published_ones(ace):
 
     assert (mean("SVM + ECFP", "rmse"), mean("SVM + ECFP", "cliff_rmse")) == (0.671, 0.759)
     assert (mean("GAT", "rmse"), mean("AttentiveFP", "rmse")) == (0.956, 1.197)
+
+
+def test_an_interrupted_run_starts_again_and_a_saved_one_is_skipped(ace, tmp_path,
+                                                                     monkeypatch):
+    seen = []
+
+    def fake_setattn(rows, data, run_dir, flags):
+        seen.append(sorted(p.name for p in run_dir.glob("*")))
+        run_dir.mkdir(parents=True)
+        (run_dir / "best.pt").write_text("")
+        return {"seconds": 1.0, "rmse": 0.5, "cliff_rmse": 0.6}
+
+    monkeypatch.setattr(ace, "run_setattn", fake_setattn)
+    stale = tmp_path / "CHEMBL2835_Ki" / "val" / "setattn"
+    stale.mkdir(parents=True)
+    (stale / "half_written.pt").write_text("")
+    args = argparse.Namespace(sets=["CHEMBL2835_Ki"], anchors=[], setattn_flags="",
+                              report="val", out=tmp_path)
+    first = ace.run_all(args)
+    assert seen == [[]]  # the stale folder was gone before the run started
+    assert ace.run_all(args) == first and len(seen) == 1  # saved: not run again
