@@ -13,12 +13,9 @@ seed). With ``report="val"`` each (split kind, seed) has its own CSV that leaves
 part out and holds the validation rows twice, once labelled ``val`` and once ``test``:
 each tool's "test" predictions are then its predictions on the validation molecules.
 
-chemprop 2.3.1 is installed on first use into ``benchmarks/.venv-chemprop`` (``pip install
-torch==2.13.0 chemprop==2.3.1``) and run through its own command line, wrapped by
-``CHEMPROP_TIMED``, which times Lightning's ``Trainer.fit`` and counts the epochs and the
-trainable parameters. An anchor trains ``RunSettings.anchor_ensemble`` models
-(``--ensemble-size``): its test predictions are the mean of the members' (chemprop writes
-one ``model_i/test_predictions.csv`` per member), its fit time the sum of theirs.
+Each chemprop anchor (``chemprop_runs``) is an ensemble of ``RunSettings.anchor_ensemble``
+models. With ``RunSettings.members_from`` set, a one-model anchor is not trained again: it
+is member 0 of the finished ensemble run of the same split saved there.
 
 Every finished run is a record in ``<out>/results.json``, keyed by (set, split kind, seed,
 reported part, tool, extra flags); a later call with the same settings skips it, so an
@@ -33,15 +30,15 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from chemprop_runs import ANCHORS, member_run, run_chemprop
 from rdkit import Chem, rdBase
+from record import timed
 
 from setattn.molprop import splits
 from setattn.molprop.checkpoint import load_run
@@ -50,7 +47,6 @@ from setattn.molprop.metrics import evaluate
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (0.8, 0.1, 0.1)
 SPLIT_KINDS = ("random", "scaffold")
-CHEMPROP_VENV = Path(__file__).resolve().parent / ".venv-chemprop"
 
 TOX21_TASKS = ("NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
                "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53")
@@ -180,127 +176,6 @@ def write_csv(path: Path, table: MoleculeTable, targets: tuple[str, ...],
     return path
 
 
-ANCHORS: dict[str, tuple[str, ...]] = {
-    # chemprop's defaults
-    "chemprop": (),
-    # plus chemprop 1's normalised RDKit 2D descriptors (alias --features-generators)
-    "chemprop_rdkit": ("--molecule-featurizers", "v1_rdkit_2d_normalized"),
-    # chemprop at setattn's width, depth and batch: hidden 96, 1 message step, batches of 96
-    "chemprop_w96": ("--message-hidden-dim", "96", "--ffn-hidden-dim", "96", "--depth", "1",
-                     "--batch-size", "96"),
-}
-"""The chemprop variants: name -> the flags beyond chemprop's defaults."""
-
-# Runs chemprop's command line, timing Trainer.fit (training epochs with their validation)
-# and counting the epochs it ran and the trainable parameters of the model it fitted;
-# appends {"fit_seconds", "epochs", "parameters"} to $CHEMPROP_FIT_JSON, a line per member.
-CHEMPROP_TIMED = """
-import json, os, sys, time
-import lightning.pytorch as pl
-from chemprop.cli.main import main
-
-_fit = pl.Trainer.fit
-
-def timed_fit(self, model, *args, **kwargs):
-    start = time.perf_counter()
-    out = _fit(self, model, *args, **kwargs)
-    seconds = time.perf_counter() - start
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    with open(os.environ["CHEMPROP_FIT_JSON"], "a") as f:
-        f.write(json.dumps({"fit_seconds": seconds, "epochs": self.current_epoch,
-                            "parameters": params}) + "\\n")
-    return out
-
-pl.Trainer.fit = timed_fit
-sys.argv[0] = "chemprop"
-sys.exit(main())
-"""
-
-
-def ensure_chemprop(venv: Path = CHEMPROP_VENV) -> Path:
-    """The Python of chemprop's virtual environment, installing chemprop there if needed."""
-    python = venv / "bin" / "python"
-    if not (venv / "bin" / "chemprop").exists():
-        print(f"installing chemprop 2.3.1 into {venv} ...", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, "torch==2.13.0", "chemprop==2.3.1"], check=True)
-    return python
-
-
-def timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
-    """Wall seconds of ``cmd`` run with ``threads`` CPU threads, its output in ``log``.
-
-    Raises:
-        RuntimeError: naming the log if the command fails.
-    """
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               **env_extra)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(log, "w") as handle:
-        res = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
-    seconds = time.perf_counter() - start
-    if res.returncode != 0:
-        raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {res.returncode}); see {log}")
-    return seconds
-
-
-def chemprop_command(python: Path, data: Path, column: str, targets: tuple[str, ...],
-                     task: str, run_dir: Path, seed: int, flags: list[str]) -> list[str]:
-    """chemprop's ``train`` on the split ``column`` of ``data``, through the timing
-    wrapper, with ``flags`` (the anchor's and the user's) beyond its defaults."""
-    return [str(python), "-c", CHEMPROP_TIMED, "train", "--data-path", str(data),
-            "--smiles-columns", "smiles", "--target-columns", *targets, "--task-type", task,
-            "--splits-column", column, "--output-dir", str(run_dir),
-            "--pytorch-seed", str(seed), "--data-seed", str(seed), *flags]
-
-
-def read_predictions(run_dir: Path, targets: tuple[str, ...], members: int = 1
-                     ) -> tuple[list[str], np.ndarray]:
-    """The SMILES and (M, T) mean test predictions of a chemprop run of ``members``
-    models (one ``test_predictions.csv`` each).
-
-    Raises:
-        FileNotFoundError: if the run holds another number of prediction files.
-        ValueError: if the members predicted different molecules.
-    """
-    found = sorted(run_dir.glob("**/test_predictions.csv"))
-    if len(found) != members:
-        raise FileNotFoundError(f"{run_dir}: expected {members} test_predictions.csv, found "
-                                f"{len(found)}")
-    read = []
-    for path in found:
-        rows = list(csv.DictReader(path.read_text().splitlines()))
-        read.append(([r["smiles"] for r in rows], np.array(
-            [[float(r[t]) for t in targets] for r in rows]).reshape(len(rows), len(targets))))
-    smiles = read[0][0]
-    if any(other != smiles for other, _ in read[1:]):
-        raise ValueError(f"{run_dir}: the ensemble's members predicted different molecules")
-    return smiles, np.mean([preds for _, preds in read], axis=0)  # (M, T)
-
-
-def run_chemprop(data: Path, column: str, targets: tuple[str, ...], task: str,
-                 run_dir: Path, seed: int, threads: int, flags: list[str], members: int = 1
-                 ) -> tuple[dict, list[str], np.ndarray]:
-    """Train one chemprop variant (an ensemble of ``members``) on one split: its costs
-    ``{"seconds", "fit_seconds", "epochs" (both summed), "parameters", "members"}``,
-    the SMILES and the (M, T) mean predictions of the rows labelled ``test``."""
-    python = ensure_chemprop()
-    timing = run_dir.parent / f"{run_dir.name}_fit.json"
-    timing.unlink(missing_ok=True)  # the wrapper adds each member's fit to it
-    flags = [*flags, "--ensemble-size", str(members)] if members > 1 else flags
-    cmd = chemprop_command(python, data, column, targets, task, run_dir, seed, flags)
-    seconds = timed(cmd, run_dir.parent / f"{run_dir.name}.log", threads,
-                    CHEMPROP_FIT_JSON=str(timing))
-    fits = [json.loads(line) for line in timing.read_text().splitlines()]
-    fit = {"fit_seconds": sum(f["fit_seconds"] for f in fits), "members": len(fits),
-           "epochs": sum(f["epochs"] for f in fits),
-           "parameters": fits[0]["parameters"]}
-    smiles, preds = read_predictions(run_dir, targets, members)
-    return {"seconds": seconds, **fit}, smiles, preds
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """What every run of one benchmark call shares."""
@@ -311,6 +186,7 @@ class RunSettings:
     setattn_flags: tuple[str, ...] = ()
     chemprop_flags: tuple[str, ...] = ()
     anchor_ensemble: int = 1  # models per chemprop anchor run
+    members_from: Path | None = None  # one-model anchors: member 0 of the runs saved here
 
 
 @dataclass
@@ -448,12 +324,29 @@ def _run_setattn(job: Job, run_dir: Path, settings: RunSettings) -> dict:
     return {"seconds": seconds, **setattn_result(metrics, run_dir, spec.metric)}
 
 
+def _ensemble_run(job: Job, tool: str, settings: RunSettings) -> Path:
+    """The folder of the finished ensemble run of ``tool`` on ``job`` saved in
+    ``settings.members_from`` (FileNotFoundError if none is saved)."""
+    source = settings.members_from
+    base = tool_flags(tool, RunSettings(source, settings.report, settings.threads,
+                                        chemprop_flags=settings.chemprop_flags))
+    wanted = (job.dataset, job.kind, job.seed, settings.report, tool)
+    if not any(record_key(r)[:5] == wanted and r["result"].get("members", 1) > 1
+               and r["flags"].startswith(f"{base} --ensemble-size".strip())
+               for r in load_results(source)):
+        raise FileNotFoundError(f"{source}: no finished {tool} ensemble of {job.dataset} "
+                                f"{job.column} ({settings.report} part) to read member 0 of")
+    return source / job.dataset / f"{job.column}_{settings.report}" / run_name(tool, settings)
+
+
 def _run_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> dict:
     spec = SETS[job.dataset]
-    flags = [*ANCHORS[tool], *settings.chemprop_flags]
-    result, smiles, preds = run_chemprop(
-        job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
-        flags, settings.anchor_ensemble)
+    if settings.anchor_ensemble == 1 and settings.members_from is not None:
+        result, smiles, preds = member_run(_ensemble_run(job, tool, settings), spec.targets)
+    else:
+        result, smiles, preds = run_chemprop(
+            job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
+            [*ANCHORS[tool], *settings.chemprop_flags], settings.anchor_ensemble)
     return {**result, "metric": _metric(job, smiles, preds, tool)}
 
 
@@ -491,7 +384,7 @@ def run_job(job: Job, tool: str, settings: RunSettings, done: set[tuple]) -> dic
               else _run_anchor(job, tool, run_dir, settings))
     seen = job.counts()["train"] * result["epochs"]  # molecules x epochs, all members
     result["mol_per_s"], result["mol_per_s_all"] = (  # training; the whole run (featurising)
-        seen / result["fit_seconds"], seen / result["seconds"])
+        seen / result["fit_seconds"], seen / result["seconds"] if result["seconds"] else None)
     record = {"dataset": job.dataset, "split": job.kind, "seed": job.seed,
               "report": settings.report, "tool": tool, "flags": flags, "metric_name":
               SETS[job.dataset].metric, "train": job.counts()["train"], "result": result}

@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from molecule_jobs import run_chemprop, timed  # noqa: E402
+from chemprop_runs import run_chemprop  # noqa: E402
 from molecules import setattn_ensemble  # noqa: E402
-from record import finish, load_average, make_record, table  # noqa: E402
+from record import finish, load_average, make_record, table, timed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "moleculeace"

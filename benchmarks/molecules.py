@@ -98,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--anchor-ensemble-size", type=int, metavar="K",
                    help="models per chemprop run (default: setattn's ensemble size, the "
                    "one in --setattn-flags or its default)")
+    p.add_argument("--anchor-members-from", type=Path, metavar="DIR",
+                   help="one-model anchors (an anchor ensemble of 1) are read as member 0 of "
+                   "the finished ensemble runs saved in DIR, not trained again")
     p.add_argument("--print-only", action="store_true",
                    help="train nothing: tables and record of the runs saved in --out")
     p.add_argument("--setattn-flags", default="", metavar="FLAGS",
@@ -105,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chemprop-flags", default="", metavar="FLAGS",
                    help="extra flags of every chemprop run, one string")
     args = p.parse_args(argv)
+    if args.anchor_members_from and settings_of(args).anchor_ensemble != 1:
+        p.error("--anchor-members-from needs one-model anchors (an anchor ensemble of 1)")
     if args.skip_chemprop:
         args.anchors = []
     return args
@@ -121,7 +126,8 @@ def settings_of(args: argparse.Namespace) -> RunSettings:
     setattn_flags = shlex.split(args.setattn_flags)
     anchors = args.anchor_ensemble_size or setattn_ensemble(setattn_flags)
     return RunSettings(args.out, args.report, args.threads, tuple(setattn_flags),
-                       tuple(shlex.split(args.chemprop_flags)), anchors)
+                       tuple(shlex.split(args.chemprop_flags)), anchors,
+                       args.anchor_members_from)
 
 
 def wanted(records: list[dict], args: argparse.Namespace, settings: RunSettings) -> list[dict]:
@@ -155,7 +161,7 @@ def run_set(name: str, args: argparse.Namespace, settings: RunSettings, done: se
                 if record is not None:
                     r = record["result"]
                     print(f"{name} {kind} seed {seed} {tool}: {spec.metric} {r['metric']:.3f} "
-                          f"({args.report} part), {r['seconds']:.0f} s, "
+                          f"({args.report} part), {r['fit_seconds']:.0f} s fit, "
                           f"{r['mol_per_s']:.0f} train mol/s", file=sys.stderr, flush=True)
 
 

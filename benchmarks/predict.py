@@ -58,8 +58,15 @@ from rdkit.Chem import rdMolDescriptors
 from torch_geometric.utils import from_smiles
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from molecule_jobs import ensure_chemprop, timed  # noqa: E402
-from record import finish, interleaved_seconds, make_record, table, watch_tree  # noqa: E402
+from chemprop_runs import ensure_chemprop  # noqa: E402
+from record import (  # noqa: E402
+    finish,
+    interleaved_seconds,
+    make_record,
+    table,
+    timed,
+    watch_tree,
+)
 
 from setattn.datasets import DATASETS_DIR  # noqa: E402
 from setattn.domains.descriptors import (  # noqa: E402

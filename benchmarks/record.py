@@ -327,3 +327,20 @@ def molecule_batch(graphs: int, gen: torch.Generator, sizes: tuple[int, int] = (
     return {"x": torch.randn(n, dim, generator=gen), "edge_index": bonds,
             "edge_attr": torch.randn(bonds.shape[1], bond_dim, generator=gen),
             "batch": torch.repeat_interleave(torch.arange(graphs), counts), "ptr": ptr}
+def timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
+    """Wall seconds of ``cmd`` run with ``threads`` CPU threads, its output in ``log``.
+
+    Raises:
+        RuntimeError: naming the log if the command fails.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               **env_extra)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(log, "w") as handle:
+        res = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    seconds = time.perf_counter() - start
+    if res.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {res.returncode}); see {log}")
+    return seconds
+

@@ -28,6 +28,15 @@ def bench(monkeypatch):
     return molecule_jobs, molecules
 
 
+@pytest.fixture()
+def cp(monkeypatch):
+    """The chemprop runner, importable from benchmarks/ for this test only."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chemprop_runs
+
+    return chemprop_runs
+
+
 def _chemprop_parts(path: Path, column: str) -> tuple[list[int], list[int], list[int]]:
     """The row indices chemprop 2.3.1 takes for each part: rows grouped by the lower-cased
     label of ``--splits-column`` (``chemprop/cli/train.py``)."""
@@ -175,9 +184,9 @@ def test_cost_ratios_are_medians_of_the_rounds_ratios(bench):
     assert molecules.round_row("esol", "random", 10, rounds)[9] == "2.00x"
 
 
-def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, tmp_path):
-    jobs, molecules = bench
-    wide = " ".join(jobs.ANCHORS["chemprop_w96"])
+def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, cp, tmp_path):
+    _, molecules = bench
+    wide = " ".join(cp.ANCHORS["chemprop_w96"])
     full = [dict(_record("setattn", 10, 1.0)),
             {**_record("chemprop", 10, 2.0), "flags": "--ensemble-size 3"},
             {**_record("chemprop_w96", 10, 2.0), "flags": wide + " --ensemble-size 3"}]
@@ -238,8 +247,8 @@ def test_only_the_whole_benchmark_writes_the_maintained_record(bench, tmp_path):
     assert bench.record_path(chosen) == tmp_path / "r.json"
 
 
-def test_an_anchor_ensemble_is_the_mean_of_its_members(bench, tmp_path):
-    jobs, _ = bench
+def test_an_anchor_ensemble_is_the_mean_of_its_members(cp, tmp_path):
+    jobs = cp
     for k, values in enumerate([(1.0, 3.0), (2.0, 5.0), (3.0, 10.0)]):
         folder = tmp_path / f"model_{k}"
         folder.mkdir()
@@ -254,7 +263,7 @@ def test_an_anchor_ensemble_is_the_mean_of_its_members(bench, tmp_path):
         jobs.read_predictions(tmp_path, ("y",), members=3)
 
 
-def test_anchors_train_as_many_models_as_setattn(bench, monkeypatch, tmp_path):
+def test_anchors_train_as_many_models_as_setattn(bench, cp, monkeypatch, tmp_path):
     jobs, molecules = bench
     for flags, size in (("", 3), ("--ensemble-size 1", 1), ("--layers 2 --ensemble-size=5", 5)):
         settings = molecules.settings_of(molecules.parse_args(["--setattn-flags", flags]))
@@ -269,10 +278,10 @@ def test_anchors_train_as_many_models_as_setattn(bench, monkeypatch, tmp_path):
         seen["cmd"] = cmd
         raise RuntimeError("stop before training")
 
-    monkeypatch.setattr(jobs, "timed", fake_timed)
-    monkeypatch.setattr(jobs, "ensure_chemprop", lambda: tmp_path / "python")
+    monkeypatch.setattr(cp, "timed", fake_timed)
+    monkeypatch.setattr(cp, "ensure_chemprop", lambda: tmp_path / "python")
     with pytest.raises(RuntimeError, match="stop before training"):
-        jobs.run_chemprop(tmp_path / "d.csv", "random10", ("y",), "regression",
+        cp.run_chemprop(tmp_path / "d.csv", "random10", ("y",), "regression",
                           tmp_path / "run", 10, 1, [], members=3)
     assert seen["cmd"][-2:] == ["--ensemble-size", "3"]
 
@@ -291,9 +300,57 @@ def test_paired_comparison_counts_seeds_and_tests_the_differences(bench):
     assert molecules.paired(ours, [], "rmse") == ["-", "-", "-"]
 
 
-def test_the_chemprop_timing_wrapper_compiles_and_appends_a_line_per_member(bench, tmp_path):
-    jobs, _ = bench
+def test_the_chemprop_timing_wrapper_compiles_and_appends_a_line_per_member(cp, tmp_path):
+    jobs = cp
     code = compile(jobs.CHEMPROP_TIMED, "chemprop_timed", "exec")  # a syntax error fails here
     assert "timed_fit" in code.co_names
     body = jobs.CHEMPROP_TIMED.split("def timed_fit")[1].split("return out")[0]
     assert 'open(os.environ["CHEMPROP_FIT_JSON"], "a")' in body and '"\\n"' in body
+
+
+def _ensemble_run(folder: Path, values: list[tuple[float, float]], target: str = "y") -> None:
+    """A finished chemprop ensemble run: a member folder and a timing line per member."""
+    for k, (a, b) in enumerate(values):
+        (folder / f"model_{k}").mkdir(parents=True)
+        (folder / f"model_{k}" / "test_predictions.csv").write_text(
+            f"smiles,{target}\nCCO,{a}\nCCN,{b}\n")
+    (folder.parent / f"{folder.name}_fit.json").write_text("".join(
+        json.dumps({"fit_seconds": 10.0 + k, "epochs": 50, "parameters": 7}) + "\n"
+        for k in range(len(values))))
+
+
+def test_member_zero_of_an_ensemble_is_read_as_a_one_model_run(cp, tmp_path):
+    run = tmp_path / "chemprop"
+    _ensemble_run(run, [(1.0, 3.0), (2.0, 5.0), (3.0, 10.0)])
+    result, smiles, preds = cp.member_run(run, ("y",))
+    assert smiles == ["CCO", "CCN"] and preds.tolist() == [[1.0], [3.0]]
+    assert result == {"seconds": None, "fit_seconds": 10.0, "epochs": 50, "parameters": 7,
+                      "members": 1, "member_of": str(run)}
+    with pytest.raises(FileNotFoundError, match="no timing lines"):
+        cp.member_run(tmp_path / "missing", ("y",))
+
+
+def test_one_model_anchors_come_from_the_saved_ensembles_only(bench, tmp_path, monkeypatch):
+    jobs, molecules = bench
+    table = jobs.MoleculeTable(["CCO", "CCN", "CCC"], [["1.0"], ["3.0"], ["2.0"]])
+    labels = ["test", "test", "train"]
+    ensembles, single = tmp_path / "ensembles", tmp_path / "single"
+    job = jobs.Job("esol", "random", 10, tmp_path / "d.csv", "random10", labels, table)
+    monkeypatch.setattr(jobs, "run_chemprop", lambda *a, **k: pytest.fail("trained again"))
+    settings = jobs.RunSettings(single, "test", 1, members_from=ensembles)
+    with pytest.raises(FileNotFoundError, match="no finished chemprop ensemble of esol"):
+        jobs.run_job(job, "chemprop", settings, set())
+    _ensemble_run(ensembles / "esol" / "random10_test" / "chemprop", [(1.5, 2.0), (9.0, 9.0)],
+                  jobs.SETS["esol"].targets[0])
+    jobs.save_result(ensembles, {**_record("chemprop", 10, 0.9, "esol"),
+                                 "flags": "--ensemble-size 2", "result": {"members": 2}})
+    record = jobs.run_job(job, "chemprop", settings, set())
+    assert record["flags"] == "" and record["result"]["members"] == 1
+    assert record["result"]["metric"] == pytest.approx(((0.5 ** 2 + 1.0 ** 2) / 2) ** 0.5)
+    assert record["result"]["mol_per_s_all"] is None
+    assert jobs.load_results(single) == [record]
+    with pytest.raises(SystemExit):
+        molecules.parse_args(["--anchor-members-from", str(ensembles)])  # anchors of 3
+    args = molecules.parse_args(["--anchor-members-from", str(ensembles),
+                                 "--setattn-flags", "--ensemble-size 1"])
+    assert molecules.settings_of(args).members_from == ensembles

@@ -1,6 +1,6 @@
 """benchmarks/ holds maintained benchmarks only, each with one current record:
 every file of results/ belongs to a script, every record is well formed, at most 2
-files per script, at most 14 scripts, none over 500 lines or with a function over 80."""
+files per script, at most 15 scripts, none over 500 lines or with a function over 80."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 RESULTS = BENCH / "results"
 PICTURES = {"scaling.png": "scaling"}  # results that are not records: file -> its script
-MAX_SCRIPTS, MAX_LINES, MAX_FUNCTION = 14, 500, 80
+MAX_SCRIPTS, MAX_LINES, MAX_FUNCTION = 15, 500, 80
 
 
 def _scripts() -> list[Path]:
@@ -35,7 +35,7 @@ def record(monkeypatch):
     return record
 
 
-def test_at_most_fourteen_scripts_each_short():
+def test_at_most_fifteen_scripts_each_short():
     scripts = _scripts()
     assert 0 < len(scripts) <= MAX_SCRIPTS, [p.name for p in scripts]
     for path in scripts:
