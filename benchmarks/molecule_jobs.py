@@ -31,7 +31,7 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -328,12 +328,14 @@ def _ensemble_run(job: Job, tool: str, settings: RunSettings) -> Path:
     """The folder of the finished ensemble run of ``tool`` on ``job`` saved in
     ``settings.members_from`` (FileNotFoundError if none is saved)."""
     source = settings.members_from
-    base = tool_flags(tool, RunSettings(source, settings.report, settings.threads,
-                                        chemprop_flags=settings.chemprop_flags))
     wanted = (job.dataset, job.kind, job.seed, settings.report, tool)
-    if not any(record_key(r)[:5] == wanted and r["result"].get("members", 1) > 1
-               and r["flags"].startswith(f"{base} --ensemble-size".strip())
-               for r in load_results(source)):
+
+    def is_ensemble(r: dict) -> bool:  # the same flags, at the record's own ensemble size
+        members = r["result"].get("members", 1)
+        return members > 1 and r["flags"] == tool_flags(
+            tool, replace(settings, anchor_ensemble=members))
+
+    if not any(record_key(r)[:5] == wanted and is_ensemble(r) for r in load_results(source)):
         raise FileNotFoundError(f"{source}: no finished {tool} ensemble of {job.dataset} "
                                 f"{job.column} ({settings.report} part) to read member 0 of")
     return source / job.dataset / f"{job.column}_{settings.report}" / run_name(tool, settings)
