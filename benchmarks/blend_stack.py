@@ -2,10 +2,10 @@
 
 A regression or single-task classification model blends its network with its kernel
 part: ``w * network + (1 - w) * kernel`` in target units or probabilities, with
-``w = KERNEL_BLEND`` (0.5). The candidate fits ``w`` per task as the least-squares weight
+``w = NETWORK_WEIGHT`` (0.5). The candidate fits ``w`` per task as the least-squares weight
 of the two parts' validation residuals, clipped to [0, 1]
-(``fingerprint_kernel.stack_weights``), or with ``--shrink`` that weight's step from 0.5
-shrunk by its standard error (``blend_fit.shrunk_weight``, the default for regression).
+(``stacking.stack_weight`` unshrunk), or with ``--shrink`` that weight's step from 0.5
+shrunk by its standard error (``stack_weight`` shrunk, the default for regression).
 This script reloads saved runs, predicts their
 validation molecules with each part alone, checks that both reproduce the run's recorded
 metrics, and scores the stacked weight by two-fold cross-fitting inside the validation
@@ -42,14 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from molecule_jobs import SETS  # noqa: E402
 from record import finish, make_record, table  # noqa: E402
 
-from setattn.molprop.blend_fit import shrunk_weight, task_weights, validation_parts  # noqa: E402
+from setattn.molprop.batching import stacked_targets  # noqa: E402
 from setattn.molprop.checkpoint import load_run  # noqa: E402
+from setattn.molprop.ensemble import NETWORK_WEIGHT, task_weights  # noqa: E402
 from setattn.molprop.featurize import featurize  # noqa: E402
-from setattn.molprop.fingerprint_kernel import stack_weights  # noqa: E402
 from setattn.molprop.metrics import evaluate  # noqa: E402
-from setattn.molprop.model import KERNEL_BLEND  # noqa: E402
 
-FIXED = KERNEL_BLEND
+FIXED = NETWORK_WEIGHT
 TOLERANCE = 1e-5
 """Largest relative difference between a reloaded metric and the run's record."""
 
@@ -91,10 +90,12 @@ def load_parts(folder: Path) -> tuple[Parts, dict]:
     rows = json.loads((folder / "split.json").read_text())["val"]
     if "components" not in metrics:
         raise SystemExit(f"{folder}: the run has no kernel part, so no blend to weigh")
-    models, _ = load_run(folder)
+    ensemble, _ = load_run(folder)
     val = validation_molecules(Path(config["data"]), config["smiles_column"],
-                               metrics["targets"], rows, models[0].config.descriptor_dim)
-    y, network, kernel = validation_parts(models, val)  # (M, T) each
+                               metrics["targets"], rows, ensemble.descriptor_dim)
+    y = stacked_targets(val, ensemble.num_tasks)  # (M, T)
+    network = ensemble.network_predictions(val)  # (M, T)
+    kernel = ensemble.kernel_predictions(val)  # (M, T)
     parts = Parts(folder, metrics["task"], y, network.double(), kernel.double(),
                   [d.smiles for d in val])
     recorded = metrics["components"]["val"]
@@ -122,9 +123,10 @@ def score(parts: Parts, predicted: torch.Tensor, key: str) -> float:
 
 def fitted_weights(parts: Parts, rows: torch.Tensor, shrink: bool = False) -> torch.Tensor:
     """(T,) the stacked network weight of each task, fitted on ``rows`` (labelled only);
-    with ``shrink``, ``blend_fit.shrunk_weight``'s (the default model's rule)."""
-    weigh = shrunk_weight if shrink else (lambda r_n, r_k: stack_weights([r_n], [r_k])[0])
-    return task_weights(parts.y[rows].double(), parts.network[rows], parts.kernel[rows], weigh)
+    with ``shrink``, shrunk toward 0.5 (the default model's rule); a task without labels
+    keeps ``FIXED``."""
+    return task_weights(parts.y[rows].double(), parts.network[rows], parts.kernel[rows],
+                        FIXED if shrink else 1.0, shrink)
 
 
 def cross_fitted(parts: Parts, shrink: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

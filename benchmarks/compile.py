@@ -9,7 +9,7 @@ per batch), node width 64, 4 heads. Three cases, each a forward + backward pass:
   hold one self loop per atom, as ``setattn.molprop``'s model calls it;
 * ``GlobalAttentionPool(64, heads=4)`` called with ``batch``, ``ptr`` and ``dim_size``.
 
-A fourth case, ``MoleculeModel``, runs ``setattn.molprop``'s model (default settings, no
+A fourth case, ``MoleculeNetwork``, runs ``setattn.molprop``'s model (default settings, no
 descriptors) on batches of the first FreeSolv molecules, for the same numbers on the
 whole training path.
 
@@ -94,7 +94,7 @@ def freesolv_batches(count: int, size: int) -> list[dict]:
 
 def cases() -> dict[str, tuple[torch.nn.Module, Callable]]:
     """name -> (module, function of (module, batch) giving a scalar loss)."""
-    from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+    from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 
     torch.manual_seed(0)
 
@@ -113,7 +113,7 @@ def cases() -> dict[str, tuple[torch.nn.Module, Callable]]:
         "GATv2Conv (model)": (GATv2Conv(DIM, DIM // HEADS, heads=HEADS, edge_dim=BOND_DIM,
                                         add_self_loops=False), gatv2),
         "GlobalAttentionPool": (GlobalAttentionPool(DIM, heads=HEADS), pool),
-        "MoleculeModel": (MoleculeModel(MoleculeModelConfig()), lambda m, b: m(b["batch"]).sum()),
+        "MoleculeNetwork": (MoleculeNetwork(NetworkConfig()), lambda m, b: m(b["batch"]).sum()),
     }
 
 
@@ -205,7 +205,7 @@ def compile_table(rows: list[dict], args: argparse.Namespace) -> dict:
     reasons = "; ".join(f"{r['name']}: " + " / ".join(r["reasons"]) for r in rows
                         if r["reasons"])
     notes = (f"{args.batches} batches of {args.graphs} molecule-like graphs "
-             f"({args.atoms[0]}-{args.atoms[1]} atoms; MoleculeModel: FreeSolv molecules), "
+             f"({args.atoms[0]}-{args.atoms[1]} atoms; MoleculeNetwork: FreeSolv molecules), "
              f"width {DIM}, {HEADS} heads, fwd+bwd, medians of {args.repeats} interleaved "
              "rounds. cold s: the first compiled pass, compilation included; warm-up s: the "
              "other batches once each. Break reasons: " + (reasons or "none"))
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, (module, loss_fn) in cases().items():
         if args.only and name not in args.only:
             continue
-        data = freesolv_batches(args.batches, args.graphs) if name == "MoleculeModel" else batches
+        data = freesolv_batches(args.batches, args.graphs) if name == "MoleculeNetwork" else batches
         rows.append(measure(name, module, loss_fn, data, args.repeats))
     load = max(start, os.getloadavg()[0])
     finish(make_record("compile", "torch.compile on the training path", summary(rows),

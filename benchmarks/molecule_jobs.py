@@ -284,10 +284,9 @@ def setattn_result(metrics: dict, run_dir: Path, metric: str) -> dict:
     the run has none), epochs, training seconds and trainable parameters."""
     parts = metrics.get("components", {}).get("test", {})
     uncertainty = metrics.get("uncertainty", {}).get("test") or {}
-    models, _ = load_run(run_dir)
-    # the members of an ensemble hold copies of one shared kernel ridge: count it once
-    kernel = next((m.kernel.centres.numel() + m.kernel.alpha.numel()
-                   for m in models if m.kernel is not None), 0)
+    ensemble, _ = load_run(run_dir)
+    ridge = ensemble.kernel.descriptor if ensemble.kernel is not None else None
+    kernel = ridge.centres.numel() + ridge.alpha.numel() if ridge is not None else 0
     return {
         "metric": float(metrics["test"][metric]),
         "network": _opt(parts.get("attention", {}).get(metric)),
@@ -297,7 +296,7 @@ def setattn_result(metrics: dict, run_dir: Path, metric: str) -> dict:
         "mean_width": _opt(uncertainty.get("mean_width")),
         "epochs": sum(m["epochs_run"] for m in metrics["models"]),
         "fit_seconds": float(metrics["train_seconds"]),
-        "parameters": sum(p.numel() for m in models for p in m.parameters()
+        "parameters": sum(p.numel() for p in ensemble.networks.parameters()
                           if p.requires_grad),
         "kernel_numbers": kernel,
     }

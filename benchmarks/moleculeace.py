@@ -115,9 +115,9 @@ def run_setattn(rows: list[dict], data: Path, run_dir: Path, flags: list[str]) -
            "--target-columns", "y", "--split", "column", "--split-column", "split",
            "--seed", str(VAL_SEED), "--output-dir", str(run_dir), "--num-threads", "1", *flags]
     seconds = timed(cmd, run_dir.parent / f"{run_dir.name}.log", 1)
-    models, _ = load_run(run_dir)
+    ensemble, _ = load_run(run_dir)
     test = [r["smiles"] for r in rows if r["split"] == "test"]
-    mean, _, _ = predict_smiles(models, test)
+    mean, _, _ = predict_smiles(ensemble, test)
     return {"seconds": seconds, **scores(rows, dict(zip(test, mean[:, 0].tolist())))}
 
 

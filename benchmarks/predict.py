@@ -408,10 +408,10 @@ def model_descriptors(model: Path) -> str:
     """The descriptor set of a run's models, in words."""
     from setattn.molprop.checkpoint import load_run
 
-    models, _ = load_run(model)
-    kind = descriptor_set(models[0].config.descriptor_dim)
-    kernel = ", kernel ridge" if models[0].kernel is not None else ""
-    return (f"{len(models)} model(s){kernel}, "
+    ensemble, _ = load_run(model)
+    kind = descriptor_set(ensemble.descriptor_dim)
+    kernel = ", kernel ridge" if ensemble.kernel is not None else ""
+    return (f"{len(ensemble)} model(s){kernel}, "
             + (f"the {kind} descriptor set" if kind else "no descriptors"))
 
 

@@ -77,21 +77,54 @@ def train_tiny(data: Path, out: Path, capsys, *flags: str, targets: Sequence[str
                 "--output-dir", out, *TINY, *flags], capsys)
 
 
-def run_from_before(data: Path, out: Path, capsys, flag: str, value: str, run_key: str,
-                    model_key: str) -> float:
-    """Train a tiny run with ``flag value``, then make it look written before the option
-    existed: ``run_key`` gone from ``config.json`` and ``model_key`` from the model config
-    of its checkpoints. Returns its test RMSE, for a resume to reproduce."""
+def run_from_before(data: Path, out: Path, capsys, flag: str, value: str,
+                    run_key: str) -> float:
+    """Train a tiny run with ``flag value``, then drop ``run_key`` from its
+    ``config.json`` as if written before the option existed (the run's choice is in
+    ``ensemble.pt``). Returns its test RMSE, for a resume to reproduce."""
     assert train_tiny(data, out, capsys, flag, value)[0] == 0
     config = json.loads((out / "config.json").read_text())
     del config[run_key]
     (out / "config.json").write_text(json.dumps(config))
-    for name in ("last.pt", "best.pt"):
-        path = out / "model_0" / name
-        ckpt = torch.load(path, weights_only=True)
-        del ckpt["config"][model_key]
-        torch.save(ckpt, path)
     return json.loads((out / "metrics.json").read_text())["test"]["rmse"]
+
+
+_OLD_NAMES = (("kernel.descriptor.", "kernel."), ("kernel.fingerprint.", "fingerprint_kernel."),
+              ("kernel.mix", "kernel_mix"), ("weight", "blend"))
+"""``ensemble.pt``'s keys -> the names a 0.2.0 member's ``best.pt`` gave them."""
+
+
+def as_written_by_0_2_0(out: Path) -> None:
+    """Rewrite the finished run in ``out`` as setattn 0.2.0 wrote it: no
+    ``ensemble.pt``; every member's checkpoints hold the kernel part and the weight under
+    their old names (``best.pt`` the fitted weight, ``last.pt`` the one before the fit),
+    their configs and ``config.json``'s model section name ``kernel_size``,
+    ``fingerprint_kernel`` and ``fitted_blend``."""
+    from setattn.molprop.checkpoint import ENSEMBLE_FILE, load_checkpoint, save_checkpoint
+    from setattn.molprop.ensemble import NETWORK_WEIGHT
+
+    saved = load_checkpoint(out / ENSEMBLE_FILE, "ensemble")
+    kernel = saved["config"]["kernel"] or {}
+    old_config = {"kernel_size": kernel.get("size", 0),
+                  "fingerprint_kernel": kernel.get("fingerprints", False),
+                  "fitted_blend": saved["config"]["weight"] == "stacked"}
+    old_state = {next(old + k[len(new):] for new, old in _OLD_NAMES if k.startswith(new)): v
+                 for k, v in saved["state_dict"].items()}
+    before_fit = torch.full_like(old_state["blend"], NETWORK_WEIGHT if kernel else 1.0)
+    for k in range(saved["config"]["members"]):
+        for name, kind in (("best.pt", "model"), ("last.pt", "training")):
+            path = out / f"model_{k}" / name
+            ckpt = load_checkpoint(path, kind)
+            assert not set(old_state) & set(ckpt["state_dict"])  # the network's keys only
+            ckpt["config"].update(old_config)
+            ckpt["state_dict"].update(old_state)
+            if kind == "training":
+                ckpt["state_dict"]["blend"] = before_fit
+            save_checkpoint(ckpt, path)
+    config = json.loads((out / "config.json").read_text())
+    config["model"].update(kernel_size=0, fingerprint_kernel=False, fitted_blend=False)
+    (out / "config.json").write_text(json.dumps(config))
+    (out / ENSEMBLE_FILE).unlink()
 
 
 def read_csv(path: Path) -> list[dict]:

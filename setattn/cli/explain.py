@@ -22,6 +22,7 @@ from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.device import resolve_device
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.explain import MoleculeExplanation, explain_molecule, explain_smiles
 from setattn.molprop.explain_text import picture_labels, prediction_text, sum_text
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
@@ -75,13 +76,13 @@ def _draw(e: MoleculeExplanation, target: str, method: str, path: Path) -> None:
                             unit=labels.unit, centre=labels.centre, limit=labels.limit)
 
 
-def _explain_one(args: argparse.Namespace, models: list, target: str, t: int) -> int:
+def _explain_one(args: argparse.Namespace, ensemble: Ensemble, target: str, t: int) -> int:
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"argument --output: {output} must end in .png or .svg")
-    e = explain_smiles(models, args.smiles, args.method, t, args.max_heavy_atoms)
+    e = explain_smiles(ensemble, args.smiles, args.method, t, args.max_heavy_atoms)
     _draw(e, target, args.method, output)
-    which = f" (the mean of an ensemble of {len(models)})" if len(models) > 1 else ""
+    which = f" (the mean of an ensemble of {len(ensemble)})" if len(ensemble) > 1 else ""
     note = molecule_note(args.smiles)
     which += f" (note: {note})" if note else ""
     print(f"{args.smiles}: predicted {prediction_text(e, target)}{which}; {args.method}: "
@@ -99,7 +100,7 @@ def _rows(path: str, column: str) -> list[tuple[int, str]]:
         raise ValueError(f"{err}; name the SMILES column with --smiles-column") from None
 
 
-def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) -> int:
+def _explain_table(args: argparse.Namespace, ensemble: Ensemble, target: str, t: int) -> int:
     out = Path(args.output)
     rows = _rows(args.data, args.smiles_column)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +115,7 @@ def _explain_table(args: argparse.Namespace, models: list, target: str, t: int) 
                                 "unit", "method", "note"])
         for row, smiles in tqdm(rows, desc="explain", unit="mol"):
             try:
-                e = explain_molecule(models, smiles, args.method, t, args.max_heavy_atoms)
+                e = explain_molecule(ensemble, smiles, args.method, t, args.max_heavy_atoms)
             except InvalidSmilesError as err:
                 errors.append((row, smiles, err.reason))
                 continue
@@ -155,11 +156,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         check_explain_folder(Path(args.output))
     else:
         check_output_file(args.output, inputs)  # a trailing "/" is seen
-    models, meta = load_run(args.model)
+    ensemble, meta = load_run(args.model)
     args.max_heavy_atoms = meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
     targets = list(meta["target_columns"])
     t = _target(args, targets)
     if args.smiles is not None:
-        return _explain_one(args, models, targets[t], t)
+        return _explain_one(args, ensemble, targets[t], t)
     args.smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
-    return _explain_table(args, models, targets[t], t)
+    return _explain_table(args, ensemble, targets[t], t)

@@ -34,11 +34,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if workers > 1 and device.type != "cpu":
         raise ValueError(f"argument --workers: {workers} worker processes need "
                          f"--device cpu (got {args.device}, which is {device})")
-    models, meta = load_run(args.model, device)
+    ensemble, meta = load_run(args.model, device)
     smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
     max_atoms = args.max_heavy_atoms or meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
     try:
-        counts = predict_csv(models, meta["target_columns"], args.data, args.output,
+        counts = predict_csv(ensemble, meta["target_columns"], args.data, args.output,
                              smiles_column, workers=workers, worker_init=one_thread,
                              encoding=args.encoding, max_heavy_atoms=max_atoms,
                              calibration=meta.get("conformal"))
@@ -48,7 +48,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 1
     notes = f"; {counts['notes']} with a note (salts: the largest fragment)" \
         if counts["notes"] else ""
-    print(f"wrote {counts['rows']} rows to {args.output} ({len(models)} model(s); "
+    print(f"wrote {counts['rows']} rows to {args.output} ({len(ensemble)} model(s); "
           f"{counts['errors']} invalid or skipped SMILES with empty predictions{notes})")
     if meta.get("conformal") is not None:
         print(f"<target>_lower / _upper: {meta['conformal'].level:.0%} prediction intervals, "

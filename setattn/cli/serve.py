@@ -43,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          max_body_bytes=args.max_body_bytes, workers=args.workers)
     service = ModelService(model, limits)
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"serving {model} ({', '.join(service.targets)}; {len(service.models)} model(s)) "
+    print(f"serving {model} ({', '.join(service.targets)}; {len(service.ensemble)} model(s)) "
           f"on http://{shown}:{args.port}/ (API description at /docs); Ctrl-C stops it")
     if not _loopback(args.host):
         print(f"note: --host {args.host} lets other machines reach this server; it has no "

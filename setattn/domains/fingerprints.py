@@ -3,7 +3,7 @@
 ``count_fingerprint(mol)`` gives RDKit's Morgan fingerprint of radius ``RADIUS`` (ECFP4's
 circular environments) as counts folded into ``BITS`` slots: slot j holds how many atom
 environments of the molecule hash to j, capped at ``COUNT_CAP`` so that it fits a byte.
-The molecule model's fingerprint kernel ridge (``setattn.molprop.fingerprint_kernel``)
+The molecule model's fingerprint kernel ridge (``setattn.molprop.kernels``)
 compares two molecules by these counts.
 """
 

@@ -3,16 +3,19 @@
 The modules, in the order data flows through them:
 
 - ``config``: ``RunConfig`` / ``TrainConfig``, every setting with its default, check
-  and command-line flag; ``model``: ``MoleculeModel`` and ``MoleculeModelConfig``;
-  ``kernel``: the descriptor kernel ridge blended into small regression sets.
+  and command-line flag.
+- the model, as parts passed in: ``network`` (``MoleculeNetwork``, the attention
+  network, and its ``NetworkConfig``), ``kernels`` (``KernelPart``: kernel ridges on
+  descriptors and fingerprints, fitted in closed form), ``stacking`` (the one
+  least-squares weight that stacks two parts) and ``ensemble`` (``Ensemble``: K
+  networks, one kernel part, one weight).
 - ``featurize``: SMILES and CSVs -> ``Data`` (cached, parallel); ``batching``: the one
   batcher; ``splits``: random, scaffold and k-fold splits.
 - ``metrics``: masked losses and metrics; ``checkpoint``: the safe checkpoint format;
-  ``inference``: models run forward over batches (the one batch loop, and an ensemble's
-  mean, spread and interval scale); ``loop``: ``fit`` one model; ``reports``: what
+  ``loop``: ``fit`` one network; ``reports``: what
   ``metrics.json`` records of an ensemble; ``run``: ``run_training``, a whole run
   directory; ``run_files``: output checks and the run directory's lock;
-  ``distributed``: torchrun support.
+  ``distributed``: torchrun support; ``workers``: work in forked processes.
 - ``predict``: predictions for SMILES, streamed from CSVs of any size; ``explain``: one
   contribution per atom to a prediction.
 - ``api``: ``MoleculePredictor``, all of the above from Python (``fit`` / ``predict`` /
@@ -29,16 +32,18 @@ from setattn.molprop.batching import PackedMolecules, batches, collate_molecules
 from setattn.molprop.checkpoint import (
     CheckpointError,
     load_checkpoint,
-    load_model,
+    load_network,
     load_run,
     save_checkpoint,
 )
 from setattn.molprop.config import KERNEL_MAX_TRAIN, RunConfig, TrainConfig
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize_csv
+from setattn.molprop.kernels import KernelConfig, KernelPart
 from setattn.molprop.loop import CHECKPOINT_SECONDS, DivergedError, FitResult, fit
 from setattn.molprop.metrics import evaluate
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 from setattn.molprop.predict import predict_csv
 from setattn.molprop.run import run_training
 
@@ -47,10 +52,13 @@ __all__ = [
     "KERNEL_MAX_TRAIN",
     "CheckpointError",
     "DivergedError",
+    "Ensemble",
     "FitResult",
-    "MoleculeModel",
-    "MoleculeModelConfig",
+    "KernelConfig",
+    "KernelPart",
+    "MoleculeNetwork",
     "MoleculePredictor",
+    "NetworkConfig",
     "PackedMolecules",
     "RunConfig",
     "TrainConfig",
@@ -61,7 +69,7 @@ __all__ = [
     "featurize_csv",
     "fit",
     "load_checkpoint",
-    "load_model",
+    "load_network",
     "load_run",
     "predict_csv",
     "run_training",

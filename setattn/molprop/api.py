@@ -112,7 +112,7 @@ class MoleculePredictor(EstimatorConventions):
             defaults as on the command line.
 
     Attributes:
-        models_: the trained (or loaded) ensemble, in eval mode (also ``models``).
+        ensemble_: the trained (or loaded) ``Ensemble``, in eval mode (also ``ensemble``).
         metrics_: ``metrics.json`` of the run, None if there is none (also ``metrics``).
         meta_: the checkpoint's metadata (also ``meta``).
         run_dir_: the run directory the models come from (also ``run_dir``).
@@ -205,7 +205,7 @@ class MoleculePredictor(EstimatorConventions):
                 Without it the configured ``split`` divides ``smiles``.
 
         Returns:
-            ``self``, with ``models`` and ``metrics`` set.
+            ``self``, with ``ensemble`` and ``metrics`` set.
 
         Raises:
             TypeError, ValueError: naming the argument, the row or the column of bad input.
@@ -228,7 +228,7 @@ class MoleculePredictor(EstimatorConventions):
         _write_data(out / DATA_FILE, header, smiles, targets, parts)
         run = self._run_config(str((out / DATA_FILE).resolve()), names, **override)
         metrics = run_training(run, out, log=print if self.verbose else quiet)
-        self.models_, self.meta_ = load_run(out, resolve_device(run.train.device))
+        self.ensemble_, self.meta_ = load_run(out, resolve_device(run.train.device))
         self.metrics_, self.run_dir_, self._tmp = metrics, out, tmp
         return self
 
@@ -248,7 +248,7 @@ class MoleculePredictor(EstimatorConventions):
 
     def _check_fitted(self) -> None:
         """Raises scikit-learn's ``NotFittedError`` (a ValueError) before fit or load."""
-        if not self.models:
+        if not self.ensemble:
             from sklearn.exceptions import NotFittedError  # only here: see estimator.py
 
             raise NotFittedError("MoleculePredictor: no model yet; call fit() or load() "
@@ -257,7 +257,7 @@ class MoleculePredictor(EstimatorConventions):
     def _predict(self, smiles: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         self._check_fitted()
         smiles = _smiles_list(smiles, "smiles")
-        mean, std, messages = predict_smiles(self.models, smiles)  # (M, T) each
+        mean, std, messages = predict_smiles(self.ensemble, smiles)  # (M, T) each
         self._note(smiles, messages)
         return mean.numpy(), std.numpy()
 
@@ -296,7 +296,7 @@ class MoleculePredictor(EstimatorConventions):
                              "calibration (classification, or saved before intervals existed)")
         self._check_fitted()
         smiles = _smiles_list(smiles, "smiles")
-        _, lower, upper, messages = predict_interval(self.models, smiles, calibration)
+        _, lower, upper, messages = predict_interval(self.ensemble, smiles, calibration)
         self._note(smiles, messages)
         return lower.numpy(), upper.numpy()
 
@@ -312,7 +312,7 @@ class MoleculePredictor(EstimatorConventions):
         if not isinstance(smiles, str):
             raise TypeError(f"argument smiles: explain takes one SMILES string, got "
                             f"{type(smiles).__name__}")
-        e = explain_smiles(self.models, smiles, method)
+        e = explain_smiles(self.ensemble, smiles, method)
         return e.attribution.values.numpy()  # (N,)
 
     def save(self, directory: str | Path) -> Path:
@@ -356,9 +356,9 @@ class MoleculePredictor(EstimatorConventions):
             FileNotFoundError, CheckpointError: naming what is missing or not ours.
         """
         path = Path(directory)
-        models, meta = load_run(path, resolve_device(device), name="directory")
+        ensemble, meta = load_run(path, resolve_device(device), name="directory")
         options: dict[str, Any] = {"target_columns": meta["target_columns"]}
-        descriptors = descriptor_set(models[0].config.descriptor_dim) or "none"
+        descriptors = descriptor_set(ensemble.descriptor_dim) or "none"
         if path.is_dir():
             config_path = path / "config.json"
             run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
@@ -366,7 +366,7 @@ class MoleculePredictor(EstimatorConventions):
                        for section, f in run_flags() if f.name not in _NOT_OPTIONS}
         predictor = cls(meta["task"], descriptors=descriptors, verbose=verbose,
                         **{**options, "device": device})
-        predictor.models_, predictor.meta_ = models, meta
+        predictor.ensemble_, predictor.meta_ = ensemble, meta
         predictor.run_dir_ = path if path.is_dir() else None
         metrics = path / "metrics.json"
         predictor.metrics_ = json.loads(metrics.read_text()) if metrics.is_file() else None

@@ -1,8 +1,14 @@
 """The checkpoint format of molecule runs: what is saved, and how it is read back safely.
 
-A run directory holds ``config.json`` (the ``RunConfig``) and, per ensemble member k,
-``model_<k>/best.pt`` (the best-validation weights, for prediction) and
-``model_<k>/last.pt`` (the full training state, for ``--resume``).
+A run directory holds ``config.json`` (the ``RunConfig``), per ensemble member k
+``model_<k>/best.pt`` (the network's best-validation weights) and ``model_<k>/last.pt``
+(its full training state, for ``--resume``), and ``ensemble.pt``: the kernel part, its
+config and the networks' weight against it (``setattn.molprop.ensemble``), written once
+per run. ``load_run`` puts them together as an ``Ensemble``.
+
+Runs written by setattn 0.2.0 kept a copy of the kernel part and the weight inside every
+member's ``best.pt`` and had no ``ensemble.pt``; ``load_run`` reads them as they are
+(``_split_legacy``), and ``--resume`` refuses to continue one, saying so.
 
 Checkpoints are plain dicts of tensors and JSON-like values with a format marker,
 written atomically (temporary file in the same folder, then ``os.replace``) and read
@@ -35,11 +41,22 @@ from torch import Tensor
 from setattn.files import atomic_open
 from setattn.molprop.config import FORMAT, RunConfig
 from setattn.molprop.conformal import Calibration
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.ensemble import Ensemble
+from setattn.molprop.kernels import KernelConfig, KernelPart
+from setattn.molprop.limits import MODEL_BOUNDS
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 from setattn.molprop.options import key_error
 
-__all__ = ["CheckpointError", "build_model", "load_checkpoint", "load_model", "load_run",
-           "on_cpu", "read_calibration", "save_checkpoint", "snapshot", "tensor_checksum"]
+__all__ = ["ENSEMBLE_FILE", "LEGACY_KEYS", "CheckpointError", "build_network",
+           "load_checkpoint", "load_network", "load_run", "on_cpu", "read_calibration",
+           "read_ensemble_config", "save_checkpoint", "save_ensemble", "snapshot",
+           "tensor_checksum"]
+
+ENSEMBLE_FILE = "ensemble.pt"
+"""The file of a run directory holding its kernel part and the networks' weight."""
+
+LEGACY_KEYS = ("kernel_size", "fingerprint_kernel", "fitted_blend")
+"""Keys of a 0.2.0 network config that described the kernel part held in each member."""
 
 _UNCHECKED = ("setattn_format", "checksum")  # the keys a checksum does not cover
 
@@ -118,6 +135,7 @@ def on_cpu(obj: Any) -> Any:
 
 _REQUIRED = {
     "model": ("kind", "config", "state_dict", "meta"),
+    "ensemble": ("kind", "config", "state_dict"),
     "training": ("kind", "config", "state_dict", "optimizer", "scheduler", "rng", "progress"),
 }
 
@@ -131,7 +149,8 @@ def load_checkpoint(path: str | Path, kind: str = "model",
 
     Args:
         path: the file.
-        kind: "model" (best weights, for prediction) or "training" (resume state).
+        kind: "model" (a network's best weights), "training" (its resume state) or
+            "ensemble" (a run's kernel part and weight).
         map_location: the device its tensors are loaded onto.
 
     Returns:
@@ -178,62 +197,171 @@ def load_checkpoint(path: str | Path, kind: str = "model",
     return ckpt
 
 
-def build_model(ckpt: dict, path: Path, device: str | torch.device = "cpu") -> MoleculeModel:
-    """A model on ``device`` from a checkpoint's config and weights; mismatches name the
-    file.
+def _split_legacy(config: dict, state: dict) -> tuple[dict, dict, dict | None, dict]:
+    """A 0.2.0 member checkpoint's network config and state, and the kernel config and
+    the ensemble state (weight and kernel part) it held (kernel config None: none)."""
+    net_config = {k: v for k, v in config.items() if k not in LEGACY_KEYS}
+    size = int(config.get("kernel_size", 0))
+    moved = {"kernel.": "kernel.descriptor.", "fingerprint_kernel.": "kernel.fingerprint.",
+             "kernel_mix": "kernel.mix", "blend": "weight"}
+    net_state, ensemble_state = {}, {}
+    for key, value in state.items():
+        target = next((new + key[len(old):] for old, new in moved.items()
+                       if key.startswith(old)), None)
+        if target is None:
+            net_state[key] = value
+        else:
+            ensemble_state[target] = value
+    kernel = None
+    if size:
+        kernel = {"size": size, "descriptor_dim": int(config.get("descriptor_dim", 0)),
+                  "num_tasks": int(config.get("num_tasks", 1)),
+                  "task": config.get("task", "regression"),
+                  "fingerprints": bool(config.get("fingerprint_kernel", False))}
+        # saved before the kernel ridge could be a Laplacian one: an RBF
+        ensemble_state.setdefault("kernel.descriptor.norm",
+                                  torch.tensor(2.0, dtype=torch.float64, device="cpu"))
+    return net_config, net_state, kernel, ensemble_state
+
+
+def _refused(err: Exception, path: Path, keys: dict[str, str], what: str) -> CheckpointError:
+    """The error for a config in ``path`` refused before building: the first line,
+    naming the key."""
+    if not str(err).startswith(str(path)):  # a size or setting out of range
+        err = key_error(err, str(path), keys)
+    return CheckpointError(f"{str(err).strip().splitlines()[0]} ({what} refused before "
+                           f"building it)")
+
+
+def build_network(ckpt: dict, path: Path, device: str | torch.device = "cpu"
+                  ) -> MoleculeNetwork:
+    """A network on ``device`` from a checkpoint's config and weights (a 0.2.0 member's:
+    the network part of it); mismatches name the file.
 
     The config is checked (keys, types, and sizes against ``limits.MODEL_BOUNDS``)
-    before the model is built, so a file claiming absurd sizes allocates nothing.
+    before the network is built, so a file claiming absurd sizes allocates nothing.
     """
+    config_dict, state, _, _ = _split_legacy(dict(ckpt["config"]), dict(ckpt["state_dict"]))
     try:
-        config = MoleculeModelConfig.from_dict(ckpt["config"], str(path), "config.")
+        config = NetworkConfig.from_dict(config_dict, str(path), "config.")
         config.validate()
     except ValueError as err:
-        if not str(err).startswith(str(path)):  # a size or setting out of range
-            keys = {f.name: "config." for f in fields(MoleculeModelConfig)}
-            err = key_error(err, str(path), keys)
-        raise CheckpointError(f"{str(err).strip().splitlines()[0]} (model config refused "
-                              f"before building it)") from None
+        raise _refused(err, path, {f.name: "config." for f in fields(NetworkConfig)},
+                       "model config") from None
     try:
-        model = MoleculeModel(config).to(device)
-        state = dict(ckpt["state_dict"])
-        if model.kernel is None:  # saved before models had a blend weight: the network alone
-            state.setdefault("blend", model.blend.clone())
-        else:  # saved before the kernel ridge could be a Laplacian one: an RBF
-            state.setdefault("kernel.norm", model.kernel.norm.clone())
-        model.load_state_dict(state)
+        network = MoleculeNetwork(config).to(device)
+        network.load_state_dict(state)
     except (TypeError, ValueError, RuntimeError, KeyError) as err:
         first = str(err).strip().splitlines()[0]
         raise CheckpointError(
             f"{path}: the weights do not match the model its config describes ({first})"
         ) from None
-    return model.eval()
+    return network.eval()
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu"
-               ) -> tuple[MoleculeModel, dict]:
-    """A trained model (in eval mode, on ``device``) and its metadata from a ``best.pt``
-    file.
+def load_network(path: str | Path, device: str | torch.device = "cpu"
+                 ) -> tuple[MoleculeNetwork, dict]:
+    """A trained network (in eval mode, on ``device``) and its metadata from a
+    ``best.pt`` file.
 
     Returns:
-        (model, meta) with meta holding ``task``, ``target_columns``,
+        (network, meta) with meta holding ``task``, ``target_columns``,
         ``smiles_column``, ``epoch`` and ``val`` metrics.
     """
     path = Path(path)
     ckpt = load_checkpoint(path, "model", map_location=device)
-    return build_model(ckpt, path, device), dict(ckpt["meta"])
+    return build_network(ckpt, path, device), dict(ckpt["meta"])
+
+
+def save_ensemble(path: str | Path, members: int, kernel: KernelPart | None, weight: Tensor,
+                  how: str) -> Path:
+    """Write a run's kernel part and the networks' weight (the networks are saved one by
+    one by training) as an "ensemble" checkpoint.
+
+    Args:
+        path: the file (a run's ``ENSEMBLE_FILE``).
+        members: K, the networks of the run.
+        kernel: the fitted kernel part, or None.
+        weight: () or (T,), the networks' weight (``Ensemble.weight``).
+        how: how the weight was set: "stacked" (fitted per task), "fixed", or "none"
+            (no kernel part).
+    """
+    state = {"weight": weight}
+    if kernel is not None:
+        state.update({f"kernel.{k}": v for k, v in kernel.state_dict().items()})
+    config = {"members": members, "weight": how,
+              "kernel": None if kernel is None else kernel.config.to_dict()}
+    return save_checkpoint({"kind": "ensemble", "config": config, "state_dict": state,
+                            "meta": {}}, path)
+
+
+def _kernel_config(saved: object, path: Path) -> KernelConfig | None:
+    """The kernel part's config of an ensemble checkpoint, checked (None: none)."""
+    if saved is None:
+        return None
+    try:
+        config = KernelConfig(**saved)
+        sizes = (config.size, config.descriptor_dim, config.num_tasks)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+            raise ValueError("sizes must be positive integers")
+        if config.task not in ("regression", "classification"):
+            raise ValueError(f"unknown task {config.task!r}")
+        if config.size > MODEL_BOUNDS["kernel_size"]:
+            raise ValueError(f"size {config.size} is over {MODEL_BOUNDS['kernel_size']}")
+        if config.descriptor_dim > MODEL_BOUNDS["descriptor_dim"]:
+            raise ValueError(f"descriptor_dim {config.descriptor_dim} is over "
+                             f"{MODEL_BOUNDS['descriptor_dim']}")
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: kernel config refused before building it ({err})"
+                              ) from None
+    return config
+
+
+def read_ensemble_config(run_dir: Path) -> dict | None:
+    """The saved ``ensemble.pt`` config of a run directory (None: not written yet)."""
+    path = Path(run_dir) / ENSEMBLE_FILE
+    return dict(load_checkpoint(path, "ensemble")["config"]) if path.is_file() else None
+
+
+def _ensemble(networks: list[MoleculeNetwork], kernel_config: KernelConfig | None,
+              state: dict, path: Path, device: str | torch.device) -> Ensemble:
+    """The ensemble of ``networks`` with the kernel part and weight of ``state``."""
+    try:
+        kernel = None if kernel_config is None else KernelPart(kernel_config).to(device)
+        weight = state.get("weight")
+        ensemble = Ensemble(networks, kernel, None if weight is None else weight.to(device))
+        missing, unexpected = ensemble.load_state_dict(
+            {**{f"networks.{k}": v for k, v in ensemble.networks.state_dict().items()},
+             **state}, strict=False)
+        missing = [k for k in missing if k != "weight"]  # none saved: the default
+        if missing or unexpected:
+            raise KeyError(f"missing {missing}, unexpected {unexpected}")
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise CheckpointError(f"{path}: the kernel part does not match its config "
+                              f"({first})") from None
+    return ensemble.to(device).eval()
+
+
+def _legacy_run(path: Path, device: str | torch.device) -> tuple[KernelConfig | None, dict]:
+    """The kernel config and ensemble state of a 0.2.0 run or file: the copy held by
+    its first member's ``best.pt`` (every member held the same)."""
+    ckpt = load_checkpoint(path, "model", map_location=device)
+    _, _, kernel, state = _split_legacy(dict(ckpt["config"]), dict(ckpt["state_dict"]))
+    return _kernel_config(kernel, path), state
 
 
 def load_run(path: str | Path, device: str | torch.device = "cpu", *,
-             name: str = "--model") -> tuple[list[MoleculeModel], dict]:
-    """The ensemble of a run directory (or one ``best.pt`` file) for prediction, on
-    ``device``; ``name`` is the argument ``path`` came as, for messages (the flag
-    ``--model``, or ``MoleculePredictor.load``'s ``directory``).
+             name: str = "--model") -> tuple[Ensemble, dict]:
+    """The ensemble of a run directory (or one ``best.pt`` file: that network alone,
+    with the kernel part a 0.2.0 file holds) for prediction, on ``device``; ``name`` is
+    the argument ``path`` came as, for messages (the flag ``--model``, or
+    ``MoleculePredictor.load``'s ``directory``).
 
     Returns:
-        (models, meta): the K models in eval mode and the first one's metadata, with
-        ``meta["conformal"]`` the run's prediction-interval ``Calibration`` where a
-        finished regression run saved one.
+        (ensemble, meta): the ``Ensemble`` in eval mode and the first network's
+        metadata, with ``meta["conformal"]`` the run's prediction-interval
+        ``Calibration`` where a finished regression run saved one.
 
     Raises:
         FileNotFoundError: naming the folder or file that is missing.
@@ -241,21 +369,31 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", *,
     """
     path = Path(path)
     if path.is_file():
-        model, meta = load_model(path, device)
-        return [model], meta
+        network, meta = load_network(path, device)
+        kernel, state = _legacy_run(path, device)
+        return _ensemble([network], kernel, state, path, device), meta
     config_path = path / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(
             f"argument {name}: {path} is not a setattn run directory (no config.json)"
         )
     run = RunConfig.read(config_path)
-    loaded = [load_model(path / f"model_{k}" / "best.pt", device)
+    loaded = [load_network(path / f"model_{k}" / "best.pt", device)
               for k in range(run.ensemble_size)]
+    ensemble_path = path / ENSEMBLE_FILE
+    if ensemble_path.is_file():
+        ckpt = load_checkpoint(ensemble_path, "ensemble", map_location=device)
+        kernel = _kernel_config(ckpt["config"].get("kernel"), ensemble_path)
+        state, source = dict(ckpt["state_dict"]), ensemble_path
+    else:  # written by setattn 0.2.0: each member holds the kernel part
+        source = path / "model_0" / "best.pt"
+        kernel, state = _legacy_run(source, device)
+    ensemble = _ensemble([n for n, _ in loaded], kernel, state, source, device)
     meta = dict(loaded[0][1])
     calibration = read_calibration(path / "metrics.json")
     if calibration is not None:
         meta["conformal"] = calibration
-    return [m for m, _ in loaded], meta
+    return ensemble, meta
 
 
 def read_calibration(metrics_path: Path) -> Calibration | None:

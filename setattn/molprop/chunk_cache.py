@@ -10,9 +10,13 @@ featurisation settings, written atomically, read back with
 ``torch.load(weights_only=True)`` (tensors, lists and strings only) and used only when
 its stored key and content checksum match. The cache is keyed by content, not by file:
 the same SMILES in another file, in the same chunks, are found too. Predictions
-(``cached_outputs``) are keyed by the same and by ``model_digest``, a SHA-256 of the
-models' weights (the kernel ridge's training data included), so another model, or the
+(``outputs_key``) are keyed by the same and by ``model_digest``, a SHA-256 of the
+ensemble's weights (the kernel part's training data included), so another model, or the
 same run retrained, never reads them.
+
+The module is a store: ``load_*`` return None where the cache is off or holds nothing
+valid, ``save_*`` write or silently do nothing (a read-only or full folder); the caller
+computes what is missing.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -33,7 +37,8 @@ from setattn.molprop.batching import pack, unpack
 from setattn.molprop.featurize import FEATURIZER_VERSION, cache_dir, content_checksum
 from setattn.molprop.limits import FEATURIZE_SECONDS
 
-__all__ = ["cached_chunk", "cached_outputs", "model_digest"]
+__all__ = ["chunk_key", "load_featurised", "load_outputs", "model_digest", "outputs_key",
+           "save_featurised", "save_outputs"]
 
 _FORMAT = "setattn-chunk-1"
 
@@ -55,16 +60,17 @@ def _key(smiles: Sequence[str], descriptor_dim: int, max_heavy_atoms: int,
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()
 
 
-def model_digest(models: Sequence[torch.nn.Module]) -> str:
-    """SHA-256 (hex) of an ensemble: each model's class, its config and every tensor of
-    its state (name, dtype, shape and bytes), in order."""
+def model_digest(model: torch.nn.Module) -> str:
+    """SHA-256 (hex) of a model (an ``Ensemble``): the class and config of it and of each
+    submodule, and every tensor of its state (name, dtype, shape and bytes), in order."""
     digest = hashlib.sha256()
-    for model in models:
-        digest.update(f"{type(model).__name__}:{getattr(model, 'config', '')!r}".encode())
-        for name, tensor in model.state_dict().items():
-            flat = tensor.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
-            digest.update(flat.view(torch.uint8).numpy().tobytes())
+    for name, module in model.named_modules():
+        digest.update(f"{name}:{type(module).__name__}:{getattr(module, 'config', '')!r}"
+                      .encode())
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -100,56 +106,53 @@ def _save(file: Path, key: str, content: dict) -> None:
         pass  # a read-only or full cache folder: predictions go on without it
 
 
-def cached_chunk(smiles: Sequence[str], descriptor_dim: int, max_heavy_atoms: int,
-                 featurise: Callable[[], Featurised]) -> Featurised:
-    """``featurise()`` for these SMILES, read from the cache when it holds them.
+def chunk_key(smiles: Sequence[str], descriptor_dim: int, max_heavy_atoms: int) -> str:
+    """The key of a chunk's featurisation."""
+    return _key(smiles, descriptor_dim, max_heavy_atoms)
 
-    Args:
-        smiles: the chunk's SMILES, in order.
-        descriptor_dim, max_heavy_atoms: the featurisation's settings (part of the key).
-        featurise: computes (molecules, offsets of the featurised SMILES, one message
-            per SMILES) when the cache does not hold the chunk.
 
-    Returns:
-        What ``featurise`` returns (or returned when the entry was written).
-    """
+def outputs_key(smiles: Sequence[str], descriptor_dim: int, max_heavy_atoms: int,
+                models: str, kind: str) -> str:
+    """The key of a chunk's predictions by the ensemble of digest ``models``, with
+    intervals' ``u`` of ``kind`` (``conformal.ENSEMBLE`` or ``KERNEL``)."""
+    return _key(smiles, descriptor_dim, max_heavy_atoms, models=models, kind=kind)
+
+
+def load_featurised(key: str) -> Featurised | None:
+    """The featurised chunk saved under ``key`` (None: the cache is off or lacks it)."""
     folder = cache_dir()
-    if folder is None or not smiles:
-        return featurise()
-    key = _key(smiles, descriptor_dim, max_heavy_atoms)
-    file = folder / "chunks" / f"{key[:32]}.pt"
-    content = _load(file, key)
-    cached = None if content is None else _featurised(content)
-    if cached is not None:
-        return cached
-    result = featurise()
-    data, ok, messages = result
-    _save(file, key, {**pack(data, descriptor_dim), "messages": messages,
-                      "ok": torch.tensor(ok, dtype=torch.long, device="cpu")})  # (M_ok,)
-    return result
+    content = None if folder is None else _load(folder / "chunks" / f"{key[:32]}.pt", key)
+    return None if content is None else _featurised(content)
 
 
-def cached_outputs(smiles: Sequence[str], descriptor_dim: int, max_heavy_atoms: int,
-                   models: str, kind: str, predict: Callable[[], Outputs]) -> Outputs:
-    """``predict()`` for these SMILES, read from the cache when it holds them.
-
-    Args:
-        smiles, descriptor_dim, max_heavy_atoms: as ``cached_chunk``.
-        models: the ensemble's ``model_digest``.
-        kind: what the intervals' ``u`` is (``conformal.ENSEMBLE`` or ``KERNEL``).
-        predict: computes the chunk's outputs when the cache does not hold them.
-    """
+def save_featurised(key: str, featurised: Featurised, descriptor_dim: int) -> None:
+    """Keep a featurised chunk under ``key`` (nothing when the cache is off)."""
     folder = cache_dir()
-    if folder is None or not smiles:
-        return predict()
-    key = _key(smiles, descriptor_dim, max_heavy_atoms, models=models, kind=kind)
-    file = folder / "outputs" / f"{key[:32]}.pt"
-    content = _load(file, key)
-    if content is not None:
-        try:
-            return content["mean"], content["std"], content["u"], list(content["messages"])
-        except (KeyError, TypeError):
-            pass
-    mean, std, u, messages = result = predict()
-    _save(file, key, {"mean": mean, "std": std, "u": u, "messages": messages})
-    return result
+    if folder is None:
+        return
+    data, ok, messages = featurised
+    _save(folder / "chunks" / f"{key[:32]}.pt", key,
+          {**pack(data, descriptor_dim), "messages": messages,
+           "ok": torch.tensor(ok, dtype=torch.long, device="cpu")})  # (M_ok,)
+
+
+def load_outputs(key: str) -> Outputs | None:
+    """The predictions saved under ``key`` (None: the cache is off or lacks them)."""
+    folder = cache_dir()
+    content = None if folder is None else _load(folder / "outputs" / f"{key[:32]}.pt", key)
+    if content is None:
+        return None
+    try:
+        return content["mean"], content["std"], content["u"], list(content["messages"])
+    except (KeyError, TypeError):
+        return None
+
+
+def save_outputs(key: str, outputs: Outputs) -> None:
+    """Keep a chunk's predictions under ``key`` (nothing when the cache is off)."""
+    folder = cache_dir()
+    if folder is None:
+        return
+    mean, std, u, messages = outputs
+    _save(folder / "outputs" / f"{key[:32]}.pt", key,
+          {"mean": mean, "std": std, "u": u, "messages": messages})

@@ -1,8 +1,8 @@
 """The settings of a molecule run, each in one place: its default, its check and its flag.
 
 ``RunConfig`` is a whole ``setattn train`` run (saved as ``config.json``), holding a
-``TrainConfig`` (how each model is trained) and a ``MoleculeModelConfig`` (the
-architecture, in ``setattn.molprop.model``). A field made with ``option`` is also a
+``TrainConfig`` (how each network is trained) and a ``NetworkConfig`` (its
+architecture, in ``setattn.molprop.network``). A field made with ``option`` is also a
 command-line flag: ``setattn.cli`` builds the flag ``--name-with-dashes`` from the field,
 its help text and its default, so adding a setting is one line here.
 """
@@ -17,7 +17,7 @@ from setattn.datasets.files import check_encoding
 from setattn.molprop import splits
 from setattn.molprop.device import DEVICE_HELP, PRECISIONS, resolve_device
 from setattn.molprop.limits import KERNEL_MAX_TRAIN, MAX_HEAVY_ATOMS, RUN_BOUNDS
-from setattn.molprop.model import MoleculeModelConfig
+from setattn.molprop.network import NetworkConfig
 from setattn.molprop.options import (
     Range,
     SettingError,
@@ -34,6 +34,9 @@ __all__ = ["FORMAT", "KERNEL_MAX_TRAIN", "RunConfig", "TrainConfig",
 
 FORMAT = 1
 """Checkpoint and run format version, stored under the key ``"setattn_format"``."""
+
+_LEGACY_MODEL_KEYS = ("kernel_size", "fingerprint_kernel", "fitted_blend")
+"""Keys of a 0.2.0 ``config.json``'s model section that now belong to the kernel part."""
 
 @dataclass
 class TrainConfig:
@@ -105,10 +108,10 @@ class RunConfig:
             before training, and also blends one into classification models with
             several tasks; "off".
         kernel_fingerprints: "on" stacks a kernel ridge on Morgan count fingerprints
-            with the descriptor kernel ridge (``setattn.molprop.fingerprint_kernel``);
+            with the descriptor kernel ridge (``setattn.molprop.kernels``);
             "off" keeps the descriptor one alone.
         network_weight: "stacked" fits the network's weight in the blend of a regression
-            model per task on the validation part (``setattn.molprop.blend_fit``);
+            model per task on the validation part (``setattn.molprop.ensemble``);
             "fixed", and every classification model, keep 0.5.
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
@@ -159,7 +162,7 @@ class RunConfig:
     encoding: str | None = option(None, "text encoding of the CSV, e.g. latin-1 or cp1252 "
                                   "(default: UTF-8, or UTF-16 with its byte-order mark)")
     train: TrainConfig = field(default_factory=TrainConfig)
-    model: MoleculeModelConfig = field(default_factory=MoleculeModelConfig)
+    model: NetworkConfig = field(default_factory=NetworkConfig)
 
     def validate(self) -> None:
         """Raises ValueError naming a setting that is missing, out of range (a
@@ -219,7 +222,10 @@ class RunConfig:
         top = {k: v for k, v in d.items() if k not in ("setattn_format", "train", "model")}
         run = config_from_dict(cls, top, source)
         run.train = config_from_dict(TrainConfig, d.get("train", {}), source, "train.")
-        run.model = MoleculeModelConfig.from_dict(d.get("model", {}), source, "model.")
+        # a 0.2.0 run's model section also named its kernel part (always 0 there)
+        model = {k: v for k, v in d.get("model", {}).items() if k not in _LEGACY_MODEL_KEYS} \
+            if isinstance(d.get("model", {}), dict) else d.get("model")
+        run.model = NetworkConfig.from_dict(model, source, "model.")
         try:
             run.validate()
         except ValueError as err:
@@ -247,5 +253,5 @@ def legacy_batch_size(n_train: int) -> int:
 
 
 _SECTIONS = {**{f.name: "train." for f in flag_fields(TrainConfig)},
-             **{f.name: "model." for f in flag_fields(MoleculeModelConfig)}}
+             **{f.name: "model." for f in flag_fields(NetworkConfig)}}
 """The section of ``config.json`` holding each train and model flag's key."""

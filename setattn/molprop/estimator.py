@@ -7,7 +7,7 @@ it as they take their own:
 * ``get_params`` / ``set_params`` over every keyword ``__init__`` accepts: ``task``,
   ``descriptors``, ``output_dir``, ``verbose`` and each ``setattn train`` option (None,
   the command line's default, for an option not given);
-* fitted attributes with a trailing underscore (``models_``, ``metrics_``, ``meta_``,
+* fitted attributes with a trailing underscore (``ensemble_``, ``metrics_``, ``meta_``,
   ``run_dir_``), readable under their plain names too;
 * ``score`` (R2 for regression, ROC-AUC for classification: ``predict`` gives
   probabilities), ``_estimator_type`` and ``__sklearn_tags__`` following ``task``;
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from rdkit import Chem
 
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.settings import option_names
 
 __all__ = ["OWN_PARAMS", "EstimatorConventions", "as_smiles"]
@@ -180,9 +181,9 @@ class EstimatorConventions:
 
     # fitted attributes, also under the names they had before scikit-learn's convention
     @property
-    def models(self) -> list:
-        """``models_``: the trained (or loaded) ensemble, in eval mode ([] before)."""
-        return getattr(self, "models_", [])
+    def ensemble(self) -> Ensemble | None:
+        """``ensemble_``: the trained (or loaded) ensemble, in eval mode (None before)."""
+        return getattr(self, "ensemble_", None)
 
     @property
     def metrics(self) -> dict | None:

@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import pickle
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -52,9 +50,9 @@ from setattn.domains.molecules import (
 )
 from setattn.files import atomic_open
 from setattn.molprop.batching import pack, unpack
-from setattn.molprop.deadline import WORKER_ATOMS, in_worker, needs_worker, stop_pool
 from setattn.molprop.distributed import world
 from setattn.molprop.limits import FEATURIZE_SECONDS, MAX_HEAVY_ATOMS
+from setattn.molprop.workers import WORKER_ATOMS, fork_map, in_worker, needs_worker
 
 __all__ = ["FEATURIZER_VERSION", "PARALLEL_MIN", "cache_dir", "content_checksum", "featurize",
            "featurize_csv"]
@@ -108,7 +106,7 @@ def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
                            max_heavy_atoms=max_heavy_atoms, time_budget=time_budget)
 
     # RDKit's descriptors of a large molecule cannot be interrupted: run them in a
-    # worker process that is killed at the deadline (``setattn.molprop.deadline``)
+    # worker process that is killed at the deadline (``setattn.molprop.workers``)
     large = descriptor_dim and max_heavy_atoms > WORKER_ATOMS and needs_worker(smiles)
     data = in_worker(work, smiles, time_budget, row=row, source=source) if large else work()
     if descriptor_dim and data.descriptors.shape[1] != descriptor_dim:
@@ -235,19 +233,8 @@ def _featurize(path: Path, smiles_column: str, targets: list[str], descriptor_di
     tasks = [(rows[i:i + _CHUNK], smiles[i:i + _CHUNK], path.name, descriptor_dim,
               max_heavy_atoms) for i in range(0, len(rows), _CHUNK)] \
         or [([], [], path.name, descriptor_dim, max_heavy_atoms)]
-    workers = min(_workers(len(rows)), len(tasks))
-    if workers > 1:
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-        # forked workers keep this process's torch thread count (set by the caller)
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            try:
-                results = list(pool.map(_featurize_chunk, tasks))
-            except BaseException:  # SIGTERM, Ctrl-C: stop now, not after every chunk
-                stop_pool(pool)
-                raise
-    else:
-        results = [_featurize_chunk(t) for t in tasks]
+    # forked workers keep this process's torch thread count (set by the caller)
+    results = list(fork_map(_featurize_chunk, tasks, min(_workers(len(rows)), len(tasks))))
     packed = _concat([r[0] for r in results], descriptor_dim)
     packed["y"] = y[packed["row"]]  # (M, T)
     packed["failures"] = [f for r in results for f in r[1]]

@@ -41,7 +41,7 @@ FEATURIZE_SECONDS = 30.0
 MODEL_BOUNDS = {"hidden": 8192, "heads": 1024, "layers": 64, "num_tasks": 100_000,
                 "descriptor_dim": 100_000, "atom_dim": 4096, "bond_dim": 1024,
                 "kernel_size": 100_000, "max_hops": 1024}
-"""The largest value of each size of a ``MoleculeModelConfig``."""
+"""The largest value of each size of a ``NetworkConfig``."""
 
 RUN_BOUNDS = {"ensemble_size": 1000, "batch_size": 10_000_000, "epochs": 1_000_000,
               "max_heavy_atoms": 100_000}
@@ -56,18 +56,16 @@ _ACTIVATIONS_OTHER = 6  # embedding, pooling, head
 
 def parameter_count(hidden: int, layers: int, *, num_tasks: int = 1,
                     descriptor_dim: int = 0, atom_dim: int = 59, bond_dim: int = 14,
-                    kernel_size: int = 0, layer_norm: bool = False, global_layers: int = 0,
+                    layer_norm: bool = False, global_layers: int = 0,
                     heads: int = 4, max_hops: int = 8) -> int:
-    """Parameters and buffers of a ``MoleculeModel`` (GATv2 layers; GAT has fewer),
+    """Parameters and buffers of a ``MoleculeNetwork`` (GATv2 layers; GAT has fewer),
     counted with Python integers, so absurd sizes give a number rather than an error."""
     d = hidden
     # two LayerNorms, four attention projections, a 2 D feed-forward, the distance biases
     block = 4 * d + 4 * (d * d + d) + 4 * d * d + 3 * d + (max_hops + 2) * heads
     conv = 2 * (d * d + d) + d + d + d * (bond_dim + 1) + (2 * d if layer_norm else 0)
     head = d * (2 * d + descriptor_dim) + d + num_tasks * d + num_tasks
-    buffers = 2 * num_tasks + 2 * descriptor_dim + 1  # target and descriptor scaling, blend
-    if kernel_size:  # training descriptors and weights, scaling, gamma, ridge and distance
-        buffers += kernel_size * (descriptor_dim + num_tasks) + num_tasks + 2 * descriptor_dim + 3
+    buffers = 2 * num_tasks + 2 * descriptor_dim  # target and descriptor scaling
     return (d * atom_dim + d + layers * conv + global_layers * block + (d + d * d + d) + head
             + buffers)
 

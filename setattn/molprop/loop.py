@@ -31,17 +31,17 @@ from setattn.molprop import distributed
 from setattn.molprop.batching import PackedMolecules, batches, stacked_targets
 from setattn.molprop.checkpoint import (
     CheckpointError,
-    build_model,
+    build_network,
     load_checkpoint,
-    load_model,
+    load_network,
     save_checkpoint,
     snapshot,
 )
 from setattn.molprop.config import TrainConfig, legacy_batch_size
-from setattn.molprop.device import autocast, resolve_device, to_device
-from setattn.molprop.inference import forward_batches
+from setattn.molprop.device import autocast, model_device, resolve_device, to_device
+from setattn.molprop.ensemble import forward_batches
 from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 
 __all__ = ["CHECKPOINT_SECONDS", "DivergedError", "FitResult", "Progress", "fit"]
 
@@ -72,7 +72,7 @@ class FitResult:
             weights), including the time before a resume up to its checkpoint.
     """
 
-    model: MoleculeModel
+    model: MoleculeNetwork
     best_epoch: int
     best_value: float
     monitor: str
@@ -114,7 +114,7 @@ class Progress:
 class _Training:
     """The moving parts of one model's training, built once by ``_set_up``."""
 
-    model: MoleculeModel
+    model: MoleculeNetwork
     net: torch.nn.Module  # the model, or its DDP wrapper
     loader: IndexLoader
     sampler: distributed.ShardBatchSampler
@@ -166,7 +166,7 @@ class _BestCheckpoint:
         self.path = path
         self.pending: dict | None = None  # the best epoch's payload, not yet written
 
-    def improved(self, model: MoleculeModel, meta: dict, epoch: int,
+    def improved(self, model: MoleculeNetwork, meta: dict, epoch: int,
                  val_metrics: dict) -> None:
         """Keep the weights of the epoch just finished and its validation metrics."""
         self.pending = snapshot(
@@ -209,7 +209,7 @@ class _LastCheckpoint:
             save_checkpoint(self.pending, self.path)
 
 
-def _set_up(model: MoleculeModel, train_data: Sequence[Data], val_data: Sequence[Data],
+def _set_up(model: MoleculeNetwork, train_data: Sequence[Data], val_data: Sequence[Data],
             config: TrainConfig) -> _Training:
     """Batches, target and descriptor scaling, optimiser and schedule of a fresh model,
     moved to ``config.device``."""
@@ -264,7 +264,7 @@ def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bo
     return progress
 
 
-def _check_architecture(saved: Any, model: MoleculeModel, path: Path) -> None:
+def _check_architecture(saved: Any, model: MoleculeNetwork, path: Path) -> None:
     """Refuse to resume from ``path`` when the model it holds differs from the one the
     run's settings build (``config.json`` edited since), naming the first field that
     differs.
@@ -275,7 +275,7 @@ def _check_architecture(saved: Any, model: MoleculeModel, path: Path) -> None:
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path}: its 'config' is not a dict of model settings")
     now = model.config.to_dict()
-    saved = MoleculeModelConfig.from_dict(saved, str(path), "config.").to_dict()
+    saved = NetworkConfig.from_dict(saved, str(path), "config.").to_dict()
     for key in now:
         if saved[key] != now[key]:
             raise CheckpointError(
@@ -325,7 +325,8 @@ def _validate(training: _Training, val_data: Sequence[Data], cached: list[Batch]
     def rank_outputs(part: Sequence[Data]) -> Tensor:
         if not cached:
             cached.extend(batches(part))
-        return forward_batches(model, cached, "network")
+        model.eval()
+        return forward_batches(model, cached, model_device(model), model.config.num_tasks)
 
     val_out = distributed.gather_predictions(rank_outputs, val_data)  # (M_val, T)
     task = model.config.task
@@ -376,7 +377,7 @@ def _epoch_line(member: int, epochs: int, progress: Progress, better: bool) -> s
 
 
 def fit(
-    model: MoleculeModel,
+    model: MoleculeNetwork,
     train_data: Sequence[Data],
     val_data: Sequence[Data],
     config: TrainConfig,
@@ -461,12 +462,12 @@ def quiet(line: str) -> None:
     with ``verbose=False``."""
 
 
-def _load_best(path: Path, device: torch.device) -> MoleculeModel | None:
+def _load_best(path: Path, device: torch.device) -> MoleculeNetwork | None:
     """The best model of ``fit`` on ``device`` (None if none was saved), read by rank 0
     and broadcast."""
     w = distributed.world()
     if w.size == 1:
-        return load_model(path, device)[0] if path.is_file() else None
+        return load_network(path, device)[0] if path.is_file() else None
     ckpt = distributed.broadcast(
         load_checkpoint(path, "model") if w.is_main and path.is_file() else None)
-    return None if ckpt is None else build_model(ckpt, path, device)
+    return None if ckpt is None else build_network(ckpt, path, device)

@@ -3,19 +3,22 @@
 ``predict_spread`` / ``predict_smiles`` / ``predict_interval`` take a list of SMILES;
 ``predict_table`` gives the rows ``predict_csv`` would write for such a list.
 ``predict_csv`` streams a CSV of any size through an ensemble, ``CHUNK_ROWS`` rows at a
-time, optionally in a pool of forked worker processes, and writes one output row per
-input row, in order. The models run through ``setattn.molprop.inference``.
+time, optionally in forked worker processes (``setattn.molprop.workers.fork_map``), and
+writes one output row per input row, in order. A chunk's featurisation and predictions
+are read from the feature cache (``setattn.molprop.chunk_cache``) where it holds them.
+
+::
+
+    predict_csv -> _predict_chunk -> chunk_cache (load) -> featurize -> Ensemble
+                                  -> chunk_cache (save) -> prediction_rows -> the CSV
 """
 
 from __future__ import annotations
 
 import csv
-import gc
-import multiprocessing
 import os
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -25,18 +28,17 @@ from setattn.datasets.files import check_columns, open_csv
 from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.files import atomic_open
-from setattn.molprop.chunk_cache import cached_chunk, cached_outputs, model_digest
+from setattn.molprop import chunk_cache
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
-from setattn.molprop.deadline import stop_pool
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize, one_blas_thread
-from setattn.molprop.inference import interval_spread, model_predictions, spread
 from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.model import MoleculeModel
 from setattn.molprop.run_files import (
     check_output_file,
     check_prediction_columns,
     prediction_columns,
 )
+from setattn.molprop.workers import fork_map
 
 __all__ = ["BLOCK_ROWS", "CHUNK_ROWS", "free_cores", "predict_csv", "predict_interval",
            "predict_smiles", "predict_spread", "predict_table", "prediction_rows"]
@@ -100,188 +102,144 @@ def _featurise_chunk(smiles: Sequence[str], descriptor_dim: int, first_row: int,
     return data, ok, messages
 
 
+Outputs = tuple[Tensor, Tensor, Tensor, list[str]]
+"""A chunk's predictions: mean (M, T), std (M, T), intervals' ``u`` (M, T), messages."""
+
+
 @torch.no_grad()
-def _predict_chunk(models: Sequence[MoleculeModel], smiles: Sequence[str], first_row: int,
-                   source: str, max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE,
-                   cache: str | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
-    """Predictions for one chunk of SMILES; with ``cache`` (the models'
+def _predict_chunk(ensemble: Ensemble, smiles: Sequence[str], first_row: int, source: str,
+                   max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE,
+                   digest: str | None = None) -> Outputs:
+    """Predictions for one chunk of SMILES; with ``digest`` (the ensemble's
     ``chunk_cache.model_digest``), its featurisation and its predictions are read from
-    and written to the feature cache (``chunk_cache``).
+    and written to the feature cache.
 
     Returns:
-        mean (M, T) and std (M, T) over the models and the intervals' ``u`` (M, T) of a
-        calibration of ``kind`` (``interval_spread``; ``std`` itself for
+        mean (M, T) and std (M, T) over the members and the intervals' ``u`` (M, T) of a
+        calibration of ``kind`` (``Ensemble.interval_spread``; ``std`` itself for
         ``ENSEMBLE``), NaN rows where the SMILES failed; and one message per SMILES: ""
         when it was predicted as written, "note: ..." when predicted with a remark
         (``atom_notes.molecule_note``: several fragments, the largest one; isotopes
         stripped; dummy atoms or elements the model has not seen), else why it was not
         ("invalid SMILES: ..." or "skipped: ...").
     """
-    descriptor_dim = models[0].config.descriptor_dim
-    def featurise() -> tuple[list, list[int], list[str]]:
-        return _featurise_chunk(smiles, descriptor_dim, first_row, source, max_heavy_atoms)
+    dim = ensemble.descriptor_dim
+    if digest is None or not smiles:
+        return _chunk_outputs(ensemble, _featurise_chunk(smiles, dim, first_row, source,
+                                                         max_heavy_atoms), len(smiles), kind)
+    key = chunk_cache.outputs_key(smiles, dim, max_heavy_atoms, digest, kind)
+    cached = chunk_cache.load_outputs(key)
+    if cached is not None:
+        return cached
+    chunk_key = chunk_cache.chunk_key(smiles, dim, max_heavy_atoms)
+    featurised = chunk_cache.load_featurised(chunk_key)
+    if featurised is None:
+        featurised = _featurise_chunk(smiles, dim, first_row, source, max_heavy_atoms)
+        chunk_cache.save_featurised(chunk_key, featurised, dim)
+    outputs = _chunk_outputs(ensemble, featurised, len(smiles), kind)
+    chunk_cache.save_outputs(key, outputs)
+    return outputs
 
-    if cache is None:
-        return _chunk_outputs(models, featurise(), len(smiles), kind)
-    return cached_outputs(smiles, descriptor_dim, max_heavy_atoms, cache, kind, lambda: (
-        _chunk_outputs(models, cached_chunk(smiles, descriptor_dim, max_heavy_atoms,
-                                            featurise), len(smiles), kind)))
 
-
-def _chunk_outputs(models: Sequence[MoleculeModel], featurised: tuple[list, list[int], list[str]],
-                   rows: int, kind: str
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+def _chunk_outputs(ensemble: Ensemble, featurised: tuple[list, list[int], list[str]],
+                   rows: int, kind: str) -> Outputs:
     """``_predict_chunk``'s result from a chunk's featurisation (``rows`` SMILES)."""
     data, ok, errors = featurised
-    num_tasks = models[0].config.num_tasks
-    # the chunk's output table: on the CPU, where ``model_predictions`` returns its rows
-    mean = torch.full((rows, num_tasks), float("nan"), device="cpu")  # (M, T)
-    std = torch.full((rows, num_tasks), float("nan"), device="cpu")  # (M, T)
+    # the chunk's output table: on the CPU, where the ensemble returns its rows
+    mean = torch.full((rows, ensemble.num_tasks), float("nan"), device="cpu")  # (M, T)
+    std = torch.full((rows, ensemble.num_tasks), float("nan"), device="cpu")  # (M, T)
     u = std.clone()  # (M, T)
     if data:
-        stacked = torch.stack([model_predictions(m, data) for m in models])  # (K, M_ok, T)
         index = torch.tensor(ok, device="cpu")  # (M_ok,)
-        mean[index], std[index] = spread(stacked)
-        u[index] = interval_spread(models, data, std[index], kind)
+        mean[index], std[index] = ensemble.spread(data)
+        u[index] = ensemble.interval_spread(data, std[index], kind)
     return mean, std, u, errors
 
 
-def predict_spread(models: Sequence[MoleculeModel], smiles: Sequence[str],
-                   kind: str = ENSEMBLE) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+def predict_spread(ensemble: Ensemble, smiles: Sequence[str], kind: str = ENSEMBLE
+                   ) -> Outputs:
     """An ensemble's predictions for a list of SMILES with the scale ``u`` of their
     intervals, before any calibration (to calibrate or score intervals of one's own).
 
     Args:
-        models: the ensemble's members.
+        ensemble: the model.
         smiles: M SMILES.
         kind: what ``u`` is: ``conformal.ENSEMBLE``, the members' std (in the targets'
-            units, per task), or ``conformal.KERNEL``, the kernel ridge's posterior std
-            (``interval_spread``: unitless, in [0, 1], one value per molecule repeated
-            for every task); ``inference.spread_kind(models)`` gives the one ``setattn train``
-            calibrated.
+            units, per task), or ``conformal.KERNEL``, the kernel part's posterior std
+            (unitless, in [0, 1], one value per molecule repeated for every task);
+            ``ensemble.spread_kind()`` gives the one ``setattn train`` calibrated.
 
     Returns:
-        mean (M, T), std (M, T) over the models (zeros for one model) and ``u`` (M, T),
-        NaN rows where a molecule was not predicted; one message per SMILES: "" when it
-        was predicted as written, "note: ..." when predicted with a remark, else
+        mean (M, T), std (M, T) over the members (zeros for one) and ``u`` (M, T), NaN
+        rows where a molecule was not predicted; one message per SMILES: "" when it was
+        predicted as written, "note: ..." when predicted with a remark, else
         "invalid SMILES: ..." or "skipped: ..." (e.g. too many heavy atoms).
 
     Raises:
-        ValueError: if ``kind`` is unknown, or is ``KERNEL`` for models without a
-            kernel ridge.
+        ValueError: if ``kind`` is unknown, or is ``KERNEL`` without a kernel part.
     """
-    return _predict_chunk(models, list(smiles), 0, "smiles", kind=kind)
+    return _predict_chunk(ensemble, list(smiles), 0, "smiles", kind=kind)
 
 
-def predict_smiles(models: Sequence[MoleculeModel], smiles: Sequence[str]
+def predict_smiles(ensemble: Ensemble, smiles: Sequence[str]
                    ) -> tuple[Tensor, Tensor, list[str]]:
     """An ensemble's predictions for a list of SMILES, as ``predict_csv`` makes them.
 
     Returns:
-        mean (M, T) and std (M, T) over the models (zeros for one model; NaN rows where
-        a SMILES does not parse), and one error message per SMILES ("" when it parsed).
+        mean (M, T) and std (M, T) over the members (zeros for one; NaN rows where a
+        SMILES does not parse), and one error message per SMILES ("" when it parsed).
     """
-    mean, std, _, errors = predict_spread(models, smiles)
+    mean, std, _, errors = predict_spread(ensemble, smiles)
     return mean, std, errors
 
 
-def predict_interval(models: Sequence[MoleculeModel], smiles: Sequence[str],
-                     calibration: Calibration) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+def predict_interval(ensemble: Ensemble, smiles: Sequence[str], calibration: Calibration
+                     ) -> tuple[Tensor, Tensor, Tensor, list[str]]:
     """An ensemble's predictions for a list of SMILES with their prediction intervals.
 
     Returns:
         mean (M, T), the intervals' lower and upper ends (M, T) each (NaN rows where a
         SMILES does not parse), and one error message per SMILES as ``predict_smiles``.
     """
-    mean, _, u, errors = predict_spread(models, smiles, calibration.spread)
+    mean, _, u, errors = predict_spread(ensemble, smiles, calibration.spread)
     lower, upper = bounds(mean, u, calibration)  # (M, T) each
     return mean, lower, upper, errors
 
 
-# A chunk's work in a worker process: (first row, SMILES) -> (mean, std, u, errors).
-# The models reach the workers by fork (set by _init_worker), not through a pipe.
-_WORKER: dict = {}
+def _as_arrays(outputs: Outputs) -> tuple:
+    """A chunk's outputs with numpy arrays, which travel back from a worker as plain
+    bytes (torch would share tensors through file descriptors that end with it)."""
+    mean, std, u, messages = outputs
+    return mean.numpy(), std.numpy(), u.numpy(), messages
 
 
-def _init_worker(models: Sequence[MoleculeModel], source: str, max_heavy_atoms: int,
-                 kind: str, worker_init: Callable[[], None] | None, digest: str) -> None:
-    if worker_init is not None:
-        worker_init()
-    _WORKER.update(models=models, source=source, max_heavy_atoms=max_heavy_atoms, kind=kind,
-                   digest=digest)
+def _from_arrays(result: tuple) -> Outputs:
+    mean, std, u, messages = result
+    return torch.from_numpy(mean), torch.from_numpy(std), torch.from_numpy(u), messages
 
 
-def _worker_chunk(task: tuple[int, list[str]]) -> tuple:
+def _worker_chunk(ensemble: Ensemble, source: str, max_heavy_atoms: int, kind: str,
+                  digest: str, task: tuple[int, list[str]]) -> tuple[list[str], tuple]:
+    """One (first row, SMILES) task of ``predict_csv``: the SMILES and their outputs as
+    arrays (``_as_arrays``; the same in a worker process and in this one)."""
     first_row, smiles = task
-    mean, std, u, errors = _predict_chunk(_WORKER["models"], smiles, first_row,
-                                          _WORKER["source"], _WORKER["max_heavy_atoms"],
-                                          _WORKER["kind"], cache=_WORKER["digest"])
-    return mean.numpy(), std.numpy(), u.numpy(), errors  # arrays travel back as plain bytes
-
-
-def _predict_stream(models: Sequence[MoleculeModel], tasks: Iterable[tuple[int, list[str]]],
-                    source: str, workers: int, worker_init: Callable[[], None] | None,
-                    max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE
-                    ) -> Iterator[tuple[list[str], tuple]]:
-    """(SMILES, ``_predict_chunk`` result) for each (first row, SMILES) task, in order.
-
-    With ``workers`` > 1 a pool of forked processes works on up to 2 chunks each at
-    a time; the next chunks are read only as results are written, so memory stays
-    bounded whatever the input size. A worker that dies (killed, out of memory) ends
-    the command with ``BrokenProcessPool`` instead of a wait forever.
-    """
-    digest = model_digest(models)
-    if workers <= 1:
-        for first_row, smiles in tasks:
-            yield smiles, _predict_chunk(models, smiles, first_row, source, max_heavy_atoms,
-                                         kind, cache=digest)
-        return
-    if kind == KERNEL:  # the posterior std's factor, once, before the workers fork
-        models[0].kernel.posterior_factor()
-    # Forked workers share this process's memory until they write to it; freezing the
-    # objects alive now keeps the workers' garbage collector from touching (and so
-    # copying) every page of them (see the docs of gc.freeze).
-    gc.freeze()
-    try:
-        with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), _init_worker,
-                                 (models, source, max_heavy_atoms, kind, worker_init,
-                                  digest)) as pool:
-            pending: deque = deque()
-            try:
-                for task in tasks:
-                    pending.append((task[1], pool.submit(_worker_chunk, task)))
-                    if len(pending) >= 2 * workers:
-                        smiles, future = pending.popleft()
-                        yield smiles, _from_worker(future.result())
-                while pending:
-                    smiles, future = pending.popleft()
-                    yield smiles, _from_worker(future.result())
-            except BaseException:  # SIGTERM, Ctrl-C, a bad line: stop the workers now
-                stop_pool(pool)
-                raise
-    finally:
-        gc.unfreeze()
-
-
-def _from_worker(result: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
-    mean, std, u, errors = result
-    return torch.from_numpy(mean), torch.from_numpy(std), torch.from_numpy(u), errors
+    return smiles, _as_arrays(_predict_chunk(ensemble, smiles, first_row, source,
+                                             max_heavy_atoms, kind, digest))
 
 
 def _cell(value: float) -> str:
     return "" if value != value else f"{value:.8g}"  # NaN -> empty cell
 
 
-def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: str | Path,
+def predict_csv(ensemble: Ensemble, targets: Sequence[str], data: str | Path,
                 output: str | Path, smiles_column: str, chunk_rows: int = CHUNK_ROWS,
                 workers: int = 1, worker_init: Callable[[], None] | None = None, *,
                 encoding: str | None = None, max_heavy_atoms: int = MAX_HEAVY_ATOMS,
                 calibration: Calibration | None = None) -> dict:
-    """Stream ``data`` through the models into ``output``, ``chunk_rows`` rows at a time.
+    """Stream ``data`` through the ensemble into ``output``, ``chunk_rows`` rows at a time.
 
     The output has the columns ``smiles_column``, one per target, ``<target>_std``
-    per target when there are several models, ``<target>_lower`` and ``<target>_upper``
+    per target when the ensemble has several members, ``<target>_lower`` and ``<target>_upper``
     (the prediction interval) per target with a ``calibration``, and ``error``; one row
     per input row,
     in order. ``error`` is empty for a molecule predicted as written, starts with
@@ -293,8 +251,8 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
     semicolon or tab, ``encoding``).
 
     Args:
-        workers: processes featurising and predicting blocks of ``BLOCK_ROWS`` rows in
-            parallel (1: this one); the output is the same for any number.
+        workers: forked processes featurising and predicting blocks of ``BLOCK_ROWS``
+            rows in parallel (1: this one); the output is the same for any number.
         worker_init: called first in each worker process (the command line limits each
             worker to one torch thread there).
         encoding: the text encoding of ``data`` (None: UTF-8, or UTF-16 with its BOM).
@@ -312,8 +270,8 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
     """
     check_output_file(output, {"--data": data})  # never write over the input
     check_prediction_columns(smiles_column, targets, "--model")  # runs from before the check
-    header_out = prediction_columns(smiles_column, targets, len(models) > 1,
-                                    calibration is not None)
+    several = len(ensemble) > 1
+    header_out = prediction_columns(smiles_column, targets, several, calibration is not None)
     counts = {"rows": 0, "errors": 0, "notes": 0}
     with open_csv(data, encoding) as table:
         (col,) = check_columns(table.header, [smiles_column], table.path)
@@ -323,11 +281,14 @@ def predict_csv(models: Sequence[MoleculeModel], targets: Sequence[str], data: s
             writer.writerow(header_out)
             tasks = _chunk_tasks(_read_chunks(table.records, chunk_rows), col)
             kind = calibration.spread if calibration is not None else ENSEMBLE
-            stream = _predict_stream(models, tasks, source, workers, worker_init,
-                                     max_heavy_atoms, kind)
-            for smiles, (mean, std, u, messages) in stream:
+            if kind == KERNEL and workers > 1:  # the posterior std's factor, before the fork
+                ensemble.kernel.descriptor.posterior_factor()
+            work = partial(_worker_chunk, ensemble, source, max_heavy_atoms, kind,
+                           chunk_cache.model_digest(ensemble))
+            for smiles, result in fork_map(work, tasks, workers, worker_init):
+                mean, std, u, messages = _from_arrays(result)
                 writer.writerows(prediction_rows(smiles, mean, std, u, messages,
-                                                 len(models) > 1, calibration))
+                                                 several, calibration))
                 counts["rows"] += len(smiles)
                 counts["notes"] += sum(1 for m in messages if m.startswith("note: "))
                 counts["errors"] += sum(1 for m in messages if m and not m.startswith("note: "))
@@ -355,7 +316,7 @@ def prediction_rows(smiles: Sequence[str], mean: torch.Tensor, std: torch.Tensor
     return rows
 
 
-def predict_table(models: Sequence[MoleculeModel], targets: Sequence[str],
+def predict_table(ensemble: Ensemble, targets: Sequence[str],
                   smiles: Sequence[str], smiles_column: str = "smiles", *,
                   max_heavy_atoms: int = MAX_HEAVY_ATOMS,
                   calibration: Calibration | None = None, source: str = "smiles"
@@ -368,12 +329,12 @@ def predict_table(models: Sequence[MoleculeModel], targets: Sequence[str],
         ValueError: if a target would share its column name with another column.
     """
     check_prediction_columns(smiles_column, targets, "--model")
-    header = prediction_columns(smiles_column, targets, len(models) > 1,
+    header = prediction_columns(smiles_column, targets, len(ensemble) > 1,
                                 calibration is not None)
     smiles = list(smiles)
     kind = calibration.spread if calibration is not None else ENSEMBLE
-    mean, std, u, messages = _predict_chunk(models, smiles, 0, source, max_heavy_atoms, kind)
-    return header, prediction_rows(smiles, mean, std, u, messages, len(models) > 1,
+    mean, std, u, messages = _predict_chunk(ensemble, smiles, 0, source, max_heavy_atoms, kind)
+    return header, prediction_rows(smiles, mean, std, u, messages, len(ensemble) > 1,
                                    calibration)
 
 

@@ -14,8 +14,11 @@ What a run directory holds::
     split.json         the file rows of the train / val / test parts, and the CSV's
                        fingerprint (``setattn.molprop.provenance``) --resume checks
     .setattn.lock      while the run is going (``setattn.molprop.run_files.RunLock``)
-    model_<k>/best.pt  the best-validation weights of ensemble member k (for predict)
-    model_<k>/last.pt  the full training state for resume (``setattn.molprop.loop``)
+    model_<k>/best.pt  the best-validation weights of network k (for predict)
+    model_<k>/last.pt  its full training state for resume (``setattn.molprop.loop``)
+    ensemble.pt        the kernel part and the networks' weight against it
+                       (``setattn.molprop.ensemble``): written once the kernel part is
+                       fitted, again once the weight is
     log.csv            model, epoch, train_loss, val_loss, val_<metric>, lr, seconds
     curve.png          training loss and validation metric per epoch
     metrics.json       test and validation metrics (undefined ones with their reason),
@@ -42,15 +45,22 @@ from setattn.domains.molecules import InvalidSmilesError
 from setattn.files import write_json
 from setattn.molprop import conformal, distributed, limits, provenance, splits
 from setattn.molprop.batching import stacked_targets
-from setattn.molprop.blend_fit import fit_network_weights
-from setattn.molprop.checkpoint import load_checkpoint, save_checkpoint
+from setattn.molprop.checkpoint import (
+    ENSEMBLE_FILE,
+    LEGACY_KEYS,
+    load_checkpoint,
+    read_ensemble_config,
+    save_ensemble,
+)
 from setattn.molprop.config import RunConfig, TrainConfig
+from setattn.molprop.device import model_device
+from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weight
 from setattn.molprop.epoch_log import EpochLog
 from setattn.molprop.failures import report_failures, skipped_rows
 from setattn.molprop.featurize import featurize_csv
-from setattn.molprop.kernel_fit import Kernels, fit_kernel
+from setattn.molprop.kernels import KernelConfig, KernelPart
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig, target_scaling
 from setattn.molprop.options import SettingError
 from setattn.molprop.reports import ensemble_scores
 from setattn.molprop.run_files import RunLock, check_not_destination
@@ -95,17 +105,42 @@ def _split(data: Sequence[Data], run: RunConfig) -> splits.Split:
 
 
 def _started_kernel(out: Path) -> tuple[int, bool, bool] | None:
-    """The kernel ridge size M of a run's first member's checkpoint, whether it stacks
-    a fingerprint kernel ridge and whether its blend weight is fitted per task (None: no
-    checkpoint yet)."""
+    """The kernel part's size M of a started run, whether it stacks a fingerprint kernel
+    ridge and whether the networks' weight is fitted per task (None: not started).
+
+    Raises:
+        ValueError: for a run started by setattn 0.2.0 (its members hold the kernel
+            part): it cannot be resumed by this version.
+    """
+    saved = read_ensemble_config(out)
+    if saved is not None:
+        kernel = saved.get("kernel") or {}
+        return (int(kernel.get("size", 0)), bool(kernel.get("fingerprints", False)),
+                saved.get("weight") == "stacked")
     for name, kind in (("last.pt", "training"), ("best.pt", "model")):
         path = out / "model_0" / name
         if path.is_file():
-            config = load_checkpoint(path, kind)["config"]
-            return (int(config.get("kernel_size", 0)),
-                    bool(config.get("fingerprint_kernel", False)),
-                    bool(config.get("fitted_blend", False)))
+            if any(key in load_checkpoint(path, kind)["config"] for key in LEGACY_KEYS):
+                raise ValueError(f"--resume: {out} was started by setattn 0.2.0, whose "
+                                 f"members each hold the kernel part; this version cannot "
+                                 f"continue it: finish it with setattn 0.2.0, or start a "
+                                 f"new run")
+            return 0, False, False  # networks started, the kernel part never saved: none
     return None
+
+
+def _check_resumable(out: Path, main: bool) -> None:
+    """Refuse, on every rank and before anything is written, a run this version cannot
+    continue (``_started_kernel``)."""
+    error = None
+    if main:
+        try:
+            _started_kernel(out)
+        except ValueError as err:
+            error = str(err)
+    error = distributed.broadcast(error)
+    if error:
+        raise ValueError(error)
 
 
 def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple:
@@ -252,13 +287,36 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     limits.check_memory(estimate, batch, run.ensemble_size)
 
 
-def _model_config(run: RunConfig, kernel_size: int, fingerprints: bool, fitted: bool
-                  ) -> MoleculeModelConfig:
-    """The run's model settings with its task, target count, kernel ridges and blend."""
-    return MoleculeModelConfig.from_dict(
-        {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task,
-         "kernel_size": kernel_size, "fingerprint_kernel": fingerprints,
-         "fitted_blend": fitted})
+def _network_config(run: RunConfig) -> NetworkConfig:
+    """The run's network settings with its task and target count."""
+    return NetworkConfig.from_dict(
+        {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task})
+
+
+def _fit_kernel(run: RunConfig, parts: _Parts, size: int, fingerprints: bool, log: Log
+                ) -> tuple[KernelPart, dict]:
+    """The kernel part fitted on the training part: to the standardised targets
+    (regression) or the 0/1 labels (classification)."""
+    log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")
+    y = stacked_targets(parts.train)  # (M, T)
+    if run.task == "regression":
+        mean, std = target_scaling(y)
+        y = (y - mean) / std  # (M, T)
+    config = KernelConfig(size, run.model.descriptor_dim, len(run.target_columns), run.task,
+                          fingerprints)
+    kernel, info = KernelPart.fit(parts.train, y, config, run.target_columns,
+                                  progress=distributed.world().is_main)
+    log(f"kernel ridge on {config.descriptor_dim} descriptors: {info['kernel']} kernel, "
+        f"gamma {info['gamma']}, ridge {info['ridge']}, leave-one-out RMSE "
+        f"{info['loo_rmse']:.4g} ("
+        f"{'standardised' if run.task == 'regression' else 'on the 0/1 labels'}), "
+        f"{info['seconds']:.1f}s")
+    if "fingerprint" in info:
+        weights = ", ".join(f"{w:.2f}" for w in info["descriptor_weight"])
+        log(f"fingerprint kernel ridge: ridge {info['fingerprint']['ridge']}, "
+            f"leave-one-out RMSE {info['fingerprint']['loo_rmse']:.4g}; stacked "
+            f"with the descriptor one at weight {weights} (descriptors)")
+    return kernel, info
 
 
 def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
@@ -276,20 +334,18 @@ def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
     return on_epoch
 
 
-def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelConfig,
-                   kernels: Kernels | None, out: Path, *, resume: bool,
+def _train_members(run: RunConfig, parts: _Parts, network_config: NetworkConfig,
+                   out: Path, *, resume: bool,
                    callback: Callable[[list[dict]], None] | None, log: Log,
                    checkpoint_seconds: float) -> list[FitResult]:
-    """Fit the K ensemble members one after the other, rewriting ``log.csv`` each epoch."""
+    """Fit the K networks one after the other, rewriting ``log.csv`` each epoch."""
     main = distributed.world().is_main
     results: list[FitResult] = []
     done: list[dict] = []  # the log rows of the finished members
     epoch_log = EpochLog(out / "log.csv") if main else None
     for k in range(run.ensemble_size):
         torch.manual_seed(run.train.seed + k)
-        model = MoleculeModel(model_config)
-        if kernels is not None:
-            kernels.load_into(model)
+        model = MoleculeNetwork(network_config)
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
         on_epoch = _epoch_callback(epoch_log, done, callback)
         result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
@@ -305,30 +361,23 @@ def _train_members(run: RunConfig, parts: _Parts, model_config: MoleculeModelCon
     return results
 
 
-def _fit_blend(results: Sequence[FitResult], val: Sequence[Data], out: Path, main: bool,
-               log: Log) -> None:
-    """Fit the network's blend weight per task on the validation part
-    (``blend_fit.fit_network_weights``), set it in every member and, on the main
-    process, write it into each member's ``best.pt``."""
-    weights = fit_network_weights([r.model for r in results], val)  # (T,)
-    for k, r in enumerate(results):
-        r.model.blend.copy_(weights.to(r.model.blend))
-        if main:
-            path = out / f"model_{k}" / "best.pt"
-            ckpt = load_checkpoint(path)
-            ckpt["state_dict"]["blend"] = weights.clone()
-            save_checkpoint(ckpt, path)
-    log("network weight in the blend, fitted on the validation part: "
-        + ", ".join(f"{w:.2f}" for w in weights.tolist()))
+def _save_ensemble(out: Path, members: int, kernel: KernelPart | None, fitted: bool,
+                   weight: torch.Tensor | None = None) -> None:
+    """``ensemble.pt`` (main process only): the kernel part and the networks' weight
+    (default: the unfitted one)."""
+    if distributed.world().is_main:
+        how = "none" if kernel is None else "stacked" if fitted else "fixed"
+        if weight is None:
+            weight = torch.tensor(NETWORK_WEIGHT if kernel is not None else 1.0, device="cpu")
+        save_ensemble(out / ENSEMBLE_FILE, members, kernel, weight, how)
 
 
-def _metrics(run: RunConfig, parts: _Parts, results: Sequence[FitResult],
+def _metrics(run: RunConfig, parts: _Parts, ensemble: Ensemble, results: Sequence[FitResult],
              kernel_info: dict | None) -> dict:
     """``metrics.json`` (without the wall time): test and validation metrics of the
-    ensemble and of each member, the blend's parts, split sizes and skipped rows."""
+    ensemble and of each member, the stack's parts, split sizes and skipped rows."""
     names, task = run.target_columns, run.task
-    scores = ensemble_scores([r.model for r in results], parts.val, parts.test, task, names,
-                             kernel_info)
+    scores = ensemble_scores(ensemble, parts.val, parts.test, task, names, kernel_info)
     member_test = scores.pop("member_test")
     metrics = {
         "task": task,
@@ -391,6 +440,8 @@ def run_training(
     check_not_destination(out, {"--data": run.data}, run.ensemble_size)
     lock = _claim(out, main, resume)
     try:
+        if resume:
+            _check_resumable(out, main)
         parts = _read_parts(run, log)
         _check_memory(run, parts)  # with the largest batch of the actual molecules
         if main:
@@ -437,30 +488,23 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
     log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
     size, fingerprints, fitted = _kernel_size(run, len(parts.train), log, out, resume)
-    model_config = _model_config(run, size, fingerprints, fitted)
-    kernels = kernel_info = None
+    kernel = kernel_info = None
     if size:
-        log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")
-        kernels, kernel_info = fit_kernel(parts.train, model_config, run.target_columns)
-        log(f"kernel ridge on {model_config.descriptor_dim} descriptors: "
-            f"{kernel_info['kernel']} kernel, gamma {kernel_info['gamma']}, ridge "
-            f"{kernel_info['ridge']}, leave-one-out RMSE "
-            f"{kernel_info['loo_rmse']:.4g} ("
-            f"{'standardised' if run.task == 'regression' else 'on the 0/1 labels'}), "
-            f"{kernel_info['seconds']:.1f}s")
-        if "fingerprint" in kernel_info:
-            weights = ", ".join(f"{w:.2f}" for w in kernel_info["descriptor_weight"])
-            log(f"fingerprint kernel ridge: ridge {kernel_info['fingerprint']['ridge']}, "
-                f"leave-one-out RMSE {kernel_info['fingerprint']['loo_rmse']:.4g}; stacked "
-                f"with the descriptor one at weight {weights} (descriptors)")
-    results = _train_members(run, parts, model_config, kernels, out, resume=resume,
+        kernel, kernel_info = _fit_kernel(run, parts, size, fingerprints, log)
+    # the kernel part first: a resumed run reads what it started with
+    _save_ensemble(out, run.ensemble_size, kernel, fitted)
+    results = _train_members(run, parts, _network_config(run), out, resume=resume,
                              callback=callback, log=log, checkpoint_seconds=checkpoint_seconds)
+    ensemble = Ensemble([r.model for r in results], kernel).to(model_device(results[0].model))
     if fitted:
-        _fit_blend(results, parts.val, out, main, log)
+        ensemble.weight = fit_network_weight(ensemble, parts.val).to(ensemble.weight.device)
+        log("network weight in the blend, fitted on the validation part: "
+            + ", ".join(f"{w:.2f}" for w in ensemble.weight.tolist()))
+    _save_ensemble(out, len(ensemble), kernel, fitted, ensemble.weight)
     if main:
         rows = [row for r in results for row in r.rows]
         plot_training_curve(rows, out / "curve.png", metric=f"val_{results[0].monitor}")
-    metrics = _metrics(run, parts, results, kernel_info)
+    metrics = _metrics(run, parts, ensemble, results, kernel_info)
     if "uncertainty" in metrics:
         u = metrics["uncertainty"]["test"]
         if u["coverage"] is not None and u["mean_width"] is not None:

@@ -1,7 +1,7 @@
 """Options -> a ``RunConfig``: the one mapping behind ``setattn train``'s flags and the
 keywords of ``MoleculePredictor``.
 
-An option is a flag field of ``RunConfig``, ``TrainConfig`` or ``MoleculeModelConfig``
+An option is a flag field of ``RunConfig``, ``TrainConfig`` or ``NetworkConfig``
 (made with ``option``), named like the field (``batch_size``; the flag is
 ``--batch-size``), plus ``descriptors`` ("fast", "lean", "rdkit" or "none"), which sets the model's
 descriptor width.
@@ -16,7 +16,7 @@ from typing import Any
 
 from setattn.domains.descriptors import descriptor_count
 from setattn.molprop.config import RunConfig, TrainConfig
-from setattn.molprop.model import MoleculeModelConfig
+from setattn.molprop.network import NetworkConfig
 from setattn.molprop.options import SettingError, flag_fields
 
 __all__ = ["DEFAULT_DESCRIPTORS", "DESCRIPTORS", "config_section", "new_run", "option_names",
@@ -37,7 +37,7 @@ def run_flags() -> list[tuple[str, Field]]:
     "" the run itself, or its "train" or "model" settings."""
     return ([("", f) for f in flag_fields(RunConfig)]
             + [("train", f) for f in flag_fields(TrainConfig)]
-            + [("model", f) for f in flag_fields(MoleculeModelConfig)])
+            + [("model", f) for f in flag_fields(NetworkConfig)])
 
 
 def option_names() -> list[str]:

@@ -65,7 +65,7 @@ def _table(service: ModelService, columns: list[str], rows: list[list[str]],
     return JSONResponse({"columns": columns, "rows": row_objects(columns, rows),
                          "counts": {"rows": len(rows), "errors": errors, "notes": notes},
                          "interval_level": None if calibration is None else calibration.level,
-                         "members": len(service.models)})
+                         "members": len(service.ensemble)})
 
 
 _FORMAT = Query("json", pattern="^(json|csv)$", description="json, or csv as setattn predict")

@@ -104,11 +104,11 @@ class ModelService:
     def __init__(self, run_dir: str | Path, limits: ServeLimits | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.limits = limits or ServeLimits()
-        self.models, self.meta = load_run(self.run_dir, "cpu")
+        self.ensemble, self.meta = load_run(self.run_dir, "cpu")
         self.targets: list[str] = list(self.meta["target_columns"])
         self.smiles_column: str = self.meta.get("smiles_column", "smiles")
         self.max_heavy_atoms: int = self.meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
-        self.card = model_card(self.run_dir, self.meta, len(self.models))
+        self.card = model_card(self.run_dir, self.meta, len(self.ensemble))
         self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="setattn-serve")
         # attention capture is process-wide: one explanation at a time
         self._explaining = threading.Lock()
@@ -124,7 +124,7 @@ class ModelService:
 
     def predict(self, smiles: Sequence[str]) -> tuple[list[str], list[list[str]]]:
         """The header and the M rows ``setattn predict`` writes for these M SMILES."""
-        return predict_table(self.models, self.targets, list(smiles), self.smiles_column,
+        return predict_table(self.ensemble, self.targets, list(smiles), self.smiles_column,
                              max_heavy_atoms=self.max_heavy_atoms,
                              calibration=self.meta.get("conformal"), source="request")
 
@@ -157,7 +157,7 @@ class ModelService:
 
     def _explain_one(self, smiles: str, method: str, t: int) -> dict:
         try:
-            e = explain_molecule(self.models, smiles, method, t, self.max_heavy_atoms)
+            e = explain_molecule(self.ensemble, smiles, method, t, self.max_heavy_atoms)
         except InvalidSmilesError as err:
             prefix = "skipped" if isinstance(err, MoleculeSkippedError) else "invalid SMILES"
             return {"smiles": smiles, "error": f"{prefix}: {err.reason}"}

@@ -88,7 +88,7 @@ def cli_ensemble(freesolv, tmp_path_factory):
 
 def test_a_cli_run_loads_in_the_api(cli_ensemble, freesolv, tmp_path, capsys):
     model = MoleculePredictor.load(cli_ensemble, device="cpu")
-    assert model.target_columns == ["expt"] and len(model.models) == 2
+    assert model.target_columns == ["expt"] and len(model.ensemble) == 2
     assert model.options["ensemble_size"] == 2 and model.options["hidden"] == 8
     smiles = _columns(freesolv, "smiles")[0]
     queries = [*smiles[:10], "not a smiles", ""]
@@ -302,7 +302,7 @@ def test_a_smaller_descriptor_set_is_read_back_from_the_saved_model(freesolv, tm
     smiles, expt = _columns(freesolv, "smiles", "expt")
     model = MoleculePredictor(descriptors=kind, verbose=False, **OPTIONS)
     model.fit(smiles, np.array(expt, float))
-    assert model.models_[0].config.descriptor_dim == descriptor_count(kind)
+    assert model.ensemble_.descriptor_dim == descriptor_count(kind)
     saved = model.save(tmp_path / "saved")
     again = MoleculePredictor.load(saved)
     assert again.get_params()["descriptors"] == kind

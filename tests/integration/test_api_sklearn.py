@@ -118,7 +118,7 @@ def test_params_clone_and_set_params():
     assert copy.get_params()["epochs"] == 5  # a refused value is not kept
     assert is_regressor(model) and model._estimator_type == "regressor"
     assert is_classifier(MoleculePredictor("classification"))
-    assert not hasattr(model, "models_") and model.models == [] and model.metrics is None
+    assert not hasattr(model, "ensemble_") and model.ensemble is None and model.metrics is None
 
 
 def test_grid_search_on_120_molecules(freesolv, tmp_path, monkeypatch):
@@ -132,7 +132,7 @@ def test_grid_search_on_120_molecules(freesolv, tmp_path, monkeypatch):
     assert search.best_params_["hidden"] in (32, 64)
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
     best = search.best_estimator_
-    assert best.models_ and best.run_dir_.is_dir() and best.get_params()["hidden"] in (32, 64)
+    assert best.ensemble_ and best.run_dir_.is_dir() and best.get_params()["hidden"] in (32, 64)
     assert search.predict(smiles[:4]).shape == (4, 1)
     del search, best
     gc.collect()

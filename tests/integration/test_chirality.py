@@ -8,7 +8,6 @@ import pytest
 import torch
 from molecule_runs import TINY, freesolv_slice
 from rdkit import Chem
-from torch_geometric.data import Batch
 
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.featurize import featurize
@@ -42,8 +41,8 @@ def models(tmp_path_factory):
 
 
 def _predict(models, smiles: str) -> float:
-    data = featurize(smiles, models[0].config.descriptor_dim)
-    return torch.stack([m.predict(Batch.from_data_list([data])) for m in models]).mean().item()
+    data = featurize(smiles, models.descriptor_dim)
+    return models.member_predictions([data]).mean().item()
 
 
 @pytest.mark.parametrize("name", sorted(CHIRAL))

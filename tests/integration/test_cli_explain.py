@@ -9,10 +9,10 @@ from molecule_runs import TINY, TOX21_TASKS, freesolv_slice, read_csv, run, tox2
 from setattn import cli, viz
 from setattn.molprop import checkpoint
 from setattn.molprop.batching import collate_molecules
-from setattn.molprop.explain import EnsembleOutput, explain_molecule
+from setattn.molprop.ensemble import Ensemble
+from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize
-from setattn.molprop.inference import model_predictions
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ def test_explain_svg_of_a_salt(trained, tmp_path, capsys):
 
 
 def test_the_salt_ion_the_model_never_sees_gets_zero(trained):
-    model = checkpoint.load_run(trained)[0][0]
+    model = checkpoint.load_run(trained)[0]
     e = explain_molecule(model, "[Na+].CC(=O)[O-]", "integrated-gradients")
     assert e.symbols == ["Na", "C", "C", "O", "O"]
     assert e.attribution.values[0] == 0 and (e.attribution.values[1:] != 0).all()
@@ -80,19 +80,19 @@ def test_the_salt_ion_the_model_never_sees_gets_zero(trained):
 
 @pytest.mark.parametrize("method", ["integrated-gradients", "occlusion", "attention"])
 def test_every_method_gives_one_value_per_atom(trained, method):
-    model = checkpoint.load_run(trained)[0][0]
+    model = checkpoint.load_run(trained)[0]
     e = explain_molecule(model, "OCC(N)c1ccncc1", method)
     assert e.attribution.values.shape == (10,) and torch.isfinite(e.attribution.values).all()
     with torch.no_grad():
-        prediction = float(model_predictions(model, [featurize(
-            "OCC(N)c1ccncc1", model.config.descriptor_dim)])[0, 0])
+        prediction = float(model.spread([featurize("OCC(N)c1ccncc1",
+                                                   model.descriptor_dim)])[0][0, 0])
     assert e.attribution.prediction == pytest.approx(prediction, abs=1e-4)  # the blend
     if method == "attention":
         assert e.attribution.values.mean() == pytest.approx(1.0, abs=1e-5)
 
 
 def test_integrated_gradients_sum_to_prediction_minus_baseline(trained):
-    model = checkpoint.load_run(trained)[0][0]
+    model = checkpoint.load_run(trained)[0]
     for smiles in ("OCC(N)c1ccncc1", "CCCCCl", "c1ccccc1O"):
         a = explain_molecule(model, smiles, "integrated-gradients").attribution
         assert a.complete and abs(a.gap()) <= a.delta + 1e-4
@@ -154,9 +154,8 @@ def test_draw_atom_weights_checks_atom_count(tmp_path):
 
 
 def _members_prediction(models, smiles):
-    data = [featurize(smiles, models[0].config.descriptor_dim)]
-    with torch.no_grad():
-        return torch.stack([model_predictions(m, data)[0, 0] for m in models])  # (K,)
+    data = [featurize(smiles, models.descriptor_dim)]
+    return models.member_predictions(data)[:, 0, 0]  # (K,)
 
 
 def test_an_ensemble_is_explained_as_predict_averages_it(ensemble):
@@ -171,13 +170,13 @@ def test_an_ensemble_is_explained_as_predict_averages_it(ensemble):
         e = explain_molecule(models, smiles, method)
         assert e.attribution.prediction == pytest.approx(float(members.mean()), abs=1e-5)
         if method != "integrated-gradients":
-            each = torch.stack([explain_molecule(m, smiles, method).attribution.values
-                                for m in models])  # (K, N)
+            each = torch.stack([explain_molecule(models.member(k), smiles, method)
+                                .attribution.values for k in range(len(models))])  # (K, N)
             torch.testing.assert_close(e.attribution.values, each.mean(0), atol=1e-5,
                                        rtol=1e-5)
     a = explain_molecule(models, smiles, "integrated-gradients").attribution
     assert a.complete and abs(a.gap()) <= a.delta + 1e-4
-    single = explain_molecule(models[0], smiles, "integrated-gradients").attribution
+    single = explain_molecule(models.member(0), smiles, "integrated-gradients").attribution
     assert a.baseline != pytest.approx(single.baseline, abs=1e-6)  # not member 0's
 
 
@@ -193,9 +192,8 @@ def test_the_command_line_explains_the_ensemble(ensemble, tmp_path, capsys):
 def test_a_classification_ensemble_explains_the_mean_probability(tmp_path):
     models = _train_ensemble(tmp_path / "run", tox21_slice(tmp_path / "tox.csv", 60),
                              TOX21_TASKS, "--task", "classification")
-    data = [featurize("c1ccccc1O", models[0].config.descriptor_dim)]
-    with torch.no_grad():
-        p = torch.stack([m.predict(collate_molecules(data))[0, 1] for m in models])  # (K,)
+    data = [featurize("c1ccccc1O", models.descriptor_dim)]
+    p = models.member_predictions(data)[:, 0, 1]  # (K,)
     e = explain_molecule(models, "c1ccccc1O", "occlusion", target=1)
     assert float(p[0] - p[1]) != 0  # two members that disagree
     assert e.probability == pytest.approx(float(p.mean()), abs=1e-6)
@@ -205,12 +203,12 @@ def test_a_classification_ensemble_explains_the_mean_probability(tmp_path):
 
 def test_members_of_different_kinds_or_none_are_refused(ensemble, trained):
     _, models = ensemble
-    with pytest.raises(ValueError, match="at least one model"):
-        explain_molecule([], "CCO")
-    other = checkpoint.load_run(trained)[0][0]
+    with pytest.raises(ValueError, match="at least one network"):
+        Ensemble([])
+    other = checkpoint.load_run(trained)[0].networks[0]
     other.config.num_tasks = 2  # a member predicting another number of tasks
-    with pytest.raises(ValueError, match="member 1 is not of member 0's kind"):
-        explain_molecule([models[0], other], "CCO")
+    with pytest.raises(ValueError, match="network 1 is not of network 0's kind"):
+        Ensemble([models.networks[0], other])
 
 
 def test_explain_refuses_a_gpu_but_takes_auto(trained, tmp_path, capsys):
@@ -225,13 +223,13 @@ def test_an_ensembles_logit_is_exact_near_certainty():
     ``logit(mean(sigmoid))`` is off by 1e-3 at a logit of 10 and by more beyond."""
     models = []
     for bias in (9.0, 12.0, 15.0):
-        m = MoleculeModel(MoleculeModelConfig(hidden=8, layers=1, heads=2,
+        m = MoleculeNetwork(NetworkConfig(hidden=8, layers=1, heads=2,
                                               task="classification")).eval()
         with torch.no_grad():
             m.head[-1].weight.zero_()
             m.head[-1].bias.fill_(bias)  # the member's logit, whatever the molecule
         models.append(m)
-    out = EnsembleOutput(models)(collate_molecules([featurize("CCO")]))
+    out = Ensemble(models).eval()(collate_molecules([featurize("CCO")]))
     exact = torch.logit(torch.sigmoid(torch.tensor([9.0, 12.0, 15.0], dtype=torch.float64))
                         .mean())
     assert float(out[0, 0]) == pytest.approx(float(exact), abs=1e-5)

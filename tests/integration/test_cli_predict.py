@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 from molecule_runs import BAD_ROWS, BAD_SMILES_CSV, TINY, TOX21_TASKS, read_csv, run, tox21_slice
-from torch_geometric.data import Batch
 
 from setattn import cli
 from setattn.molprop import checkpoint, featurize
@@ -63,8 +62,8 @@ def test_predictions_equal_the_ensemble_mean(ensemble, tmp_path, capsys):
                 "--output", output], capsys)[0] == 0
     models, _ = checkpoint.load_run(ensemble)
     smiles = read_csv(BAD_SMILES_CSV)[1]["smiles"]
-    data = featurize.featurize(smiles, models[0].config.descriptor_dim)
-    each = torch.stack([m.predict(Batch.from_data_list([data]))[0] for m in models])  # (K, T)
+    data = featurize.featurize(smiles, models.descriptor_dim)
+    each = models.member_predictions([data])[:, 0]  # (K, T)
     row = read_csv(output)[1]
     assert float(row["logS"]) == pytest.approx(each.mean(0).item(), rel=1e-5)
     assert float(row["logS_std"]) == pytest.approx(each.std(0, correction=0).item(),

@@ -18,7 +18,7 @@ def data(tmp_path_factory):
 def test_gatv2_layers_train_save_and_predict(data, tmp_path, capsys):
     out = tmp_path / "gatv2"
     assert train_tiny(data, out, capsys, "--conv", "gatv2", epochs=2)[0] == 0
-    model = checkpoint.load_model(out / "model_0" / "best.pt")[0]
+    model = checkpoint.load_network(out / "model_0" / "best.pt")[0]
     assert model.config.conv == "gatv2"
     assert all(type(c) is GATv2Conv for c in model.convs)
     code, _, err = run(["predict", "--model", out, "--data", data,
@@ -30,7 +30,7 @@ def test_gatv2_layers_train_save_and_predict(data, tmp_path, capsys):
 
 def test_the_default_is_gat(data, tmp_path, capsys):
     assert train_tiny(data, tmp_path / "gat", capsys)[0] == 0
-    model = checkpoint.load_model(tmp_path / "gat" / "model_0" / "best.pt")[0]
+    model = checkpoint.load_network(tmp_path / "gat" / "model_0" / "best.pt")[0]
     assert model.config.conv == "gat"
     assert all(type(c) is GATConv for c in model.convs)
 

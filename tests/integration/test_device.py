@@ -119,12 +119,12 @@ def _linear_dtypes(data, out, capsys, *flags):
 def test_bf16_autocasts_training_forward_passes_only(data, tmp_path, capsys):
     bf16 = _linear_dtypes(data, tmp_path / "bf16", capsys, "--precision", "bf16")
     # the embedding and the head in bfloat16; the attention layers' projections stay
-    # float32 (setattn.molprop.model._float32)
+    # float32 (setattn.molprop.network._float32)
     assert bf16[True] == {torch.bfloat16, torch.float32}
     assert bf16[False] == {torch.float32}  # validation and test: float32
     fp32 = _linear_dtypes(data, tmp_path / "fp32", capsys)
     assert fp32 == {True: {torch.float32}, False: {torch.float32}}
-    state = checkpoint.load_model(tmp_path / "bf16" / "model_0" / "best.pt")[0].state_dict()
+    state = checkpoint.load_network(tmp_path / "bf16" / "model_0" / "best.pt")[0].state_dict()
     assert {t.dtype for t in state.values() if t.is_floating_point()} <= {torch.float32,
                                                                           torch.float64}
     test = json.loads((tmp_path / "bf16" / "metrics.json").read_text())["test"]
@@ -171,5 +171,5 @@ def test_compile_trains_the_same_model(data, tmp_path, capsys, monkeypatch):
     assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)
     config = json.loads((tmp_path / "compiled" / "config.json").read_text())["train"]
     assert config["compile"] is True
-    state = checkpoint.load_model(tmp_path / "compiled" / "model_0" / "best.pt")[0].state_dict()
+    state = checkpoint.load_network(tmp_path / "compiled" / "model_0" / "best.pt")[0].state_dict()
     assert not any(k.startswith("_orig_mod") for k in state)  # the plain model's weights

@@ -1,5 +1,6 @@
 """The fingerprint kernel ridge: the MinMax kernel, its leave-one-out fit, the stack with
-the descriptor kernel ridge, and its place in the molecule model and the commands."""
+the descriptor kernel ridge, and its place in the molecule model (the ``Ensemble``'s kernel
+part) and the commands."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from molecule_runs import (
 )
 from rdkit import Chem
 from rdkit.Chem import rdFingerprintGenerator
+from torch_geometric.data import Data
 
 from setattn.domains.fingerprints import (
     BITS,
@@ -26,16 +28,24 @@ from setattn.domains.fingerprints import (
     fingerprint_shares,
 )
 from setattn.molprop.batching import collate_molecules
-from setattn.molprop.checkpoint import load_run
+from setattn.molprop.checkpoint import ENSEMBLE_FILE, load_checkpoint, load_run
 from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize
-from setattn.molprop.fingerprint_kernel import (
+from setattn.molprop.kernels import (
     FP_RIDGES,
     FingerprintRidge,
+    KernelConfig,
+    KernelPart,
     dense_minmax_kernel,
     minmax_kernel,
-    stack_weights,
 )
+from setattn.molprop.stacking import stack_weight
+
+
+def stack_weights(loo_d: list[torch.Tensor], loo_f: list[torch.Tensor]) -> list[float]:
+    """The descriptor ridge's weight of each task against the fingerprint one, as the
+    kernel part stacks them: unshrunk, 1 where their residuals agree."""
+    return [stack_weight(a, b, 1.0, shrink=False) for a, b in zip(loo_d, loo_f)]
 
 
 def _counts(g: int, f: int = 40, seed: int = 0) -> torch.Tensor:
@@ -144,6 +154,28 @@ def test_a_sampled_search_is_solved_on_every_label():
     assert float(model.alpha[5, 1]) == 0.0  # no label, no weight
 
 
+def test_the_kernel_part_stacks_the_two_ridges_by_their_leave_one_out_residuals():
+    counts, y = _problem()
+    fingerprints = torch.zeros(len(counts), BITS, dtype=torch.uint8)
+    fingerprints[:, :counts.shape[1]] = counts  # (M, BITS)
+    gen = torch.Generator().manual_seed(6)
+    descriptors = counts[:, :5].float() + torch.randn(len(counts), 5, generator=gen)  # (M, 5)
+    train = [Data(descriptors=descriptors[i:i + 1], fingerprint=fingerprints[i:i + 1])
+             for i in range(len(counts))]
+    config = KernelConfig(len(counts), 5, 2, fingerprints=True)
+    part, info = KernelPart.fit(train, y, config)
+    alone = FingerprintRidge(len(counts), 2)
+    fp_info, residuals = alone.fit(fingerprints, y, part.descriptor.searched)
+    weights = stack_weights(part.descriptor.loo_residuals, residuals)
+    assert info["fingerprint"] == fp_info and info["descriptor_weight"] == weights
+    assert part.mix.tolist() == pytest.approx(weights)
+    molecules = Data(descriptors=descriptors[:7] + 0.1, fingerprint=fingerprints[:7])
+    with torch.no_grad():
+        expected = (part.mix * part.descriptor(molecules.descriptors)
+                    + (1 - part.mix) * alone(molecules.fingerprint).float())  # (7, 2)
+        torch.testing.assert_close(part(molecules), expected)
+
+
 def test_bad_shapes_are_refused():
     fps, y = _problem()
     with pytest.raises(ValueError, match="expected fingerprints"):
@@ -155,26 +187,32 @@ def test_a_run_stacks_the_two_kernel_ridges_and_predicts_what_it_saved(tmp_path,
     assert "fingerprint kernel ridge: ridge" in stdout
     (weight,) = metrics["components"]["kernel"]["descriptor_weight"]
     assert 0.0 <= weight <= 1.0
-    (model,), _ = load_run(out)
-    assert model.config.fingerprint_kernel and float(model.kernel_mix[0]) == weight
+    ensemble, _ = load_run(out)
+    kernel = ensemble.kernel
+    assert kernel.config.fingerprints and float(kernel.mix[0]) == weight
     rows = predicted_rows(out, data, tmp_path, capsys)[:6]
-    batch = collate_molecules([featurize(r["smiles"], model.config.descriptor_dim)
+    batch = collate_molecules([featurize(r["smiles"], ensemble.descriptor_dim)
                                for r in rows])
+    network = ensemble.networks[0]
     with torch.no_grad():
-        descriptor = model.kernel(batch.descriptors)[:, 0].double()
-        fingerprint = model.fingerprint_kernel(batch.fingerprint)[:, 0]
+        descriptor = kernel.descriptor(batch.descriptors)[:, 0].double()
+        fingerprint = kernel.fingerprint(batch.fingerprint)[:, 0]
         stacked = weight * descriptor + (1 - weight) * fingerprint  # standardised
-        b = float(model.blend[0])  # the network's weight, fitted on the validation part
-        expected = model.to_units((b * model(batch)[:, 0].double() + (1 - b) * stacked)[:, None])
+        b = float(ensemble.weight[0])  # the network's weight, fitted on the validation part
+        expected = network.to_units(
+            (b * network(batch)[:, 0].double() + (1 - b) * stacked)[:, None])
     got = torch.tensor([float(r["expt"]) for r in rows])
     np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-5)
     del batch.fingerprint
-    model.kernel_mix.fill_(0.5)  # the fingerprints weigh in: they must be there
+    kernel.mix.fill_(0.5)  # the fingerprints weigh in: they must be there
+    assert ensemble.uses_fingerprints()
     with pytest.raises(ValueError, match="Morgan count fingerprints"):
-        model.kernel_outputs(batch)
-    model.kernel_mix.fill_(1.0)  # descriptors alone: the fingerprints are not read
-    assert not model.uses_fingerprints()
-    torch.testing.assert_close(model.kernel_outputs(batch), model.kernel(batch.descriptors),
+        kernel(batch)
+    with pytest.raises(ValueError, match="Morgan count fingerprints"):
+        ensemble.member_units(batch)
+    kernel.mix.fill_(1.0)  # descriptors alone: the fingerprints are not read
+    assert not kernel.uses_fingerprints() and not ensemble.uses_fingerprints()
+    torch.testing.assert_close(kernel(batch), kernel.descriptor(batch.descriptors),
                                rtol=0, atol=0)
 
 
@@ -183,25 +221,31 @@ def test_off_keeps_the_descriptor_kernel_ridge_alone(tmp_path, capsys):
     out = tmp_path / "run"
     status, stdout, _ = train_tiny(data, out, capsys, "--kernel-fingerprints", "off")
     assert status == 0 and "fingerprint kernel ridge" not in stdout
-    (model,), _ = load_run(out)
-    assert model.fingerprint_kernel is None and "kernel_mix" not in model.state_dict()
+    ensemble, _ = load_run(out)
+    assert ensemble.kernel is not None and ensemble.kernel.fingerprint is None
+    assert not ensemble.kernel.config.fingerprints and not ensemble.uses_fingerprints()
+    assert "kernel.mix" not in ensemble.state_dict()
+    saved = load_checkpoint(out / ENSEMBLE_FILE, "ensemble")
+    assert not saved["config"]["kernel"]["fingerprints"]
+    assert not any(k.startswith(("kernel.fingerprint.", "kernel.mix"))
+                   for k in saved["state_dict"])
     assert "descriptor_weight" not in json.loads(
         (out / "metrics.json").read_text())["components"]["kernel"]
 
 
 def test_integrated_gradients_carry_the_fingerprint_part_to_the_atoms(tmp_path, capsys):
     _, out, _, _ = freesolv_run(tmp_path, capsys)
-    (model,), _ = load_run(out)
+    ensemble, _ = load_run(out)
     smiles = "CC(=O)Nc1ccc(O)cc1"
-    explained = explain_molecule([model], smiles)
+    explained = explain_molecule(ensemble, smiles)
     a = explained.attribution
     assert a.values.shape == (11,)
     # complete: the contributions add up to the prediction minus the empty molecule's,
     # whose fingerprint part is the fingerprint kernel ridge's offset alone
     assert float(a.values.sum()) == pytest.approx(a.prediction - a.baseline,
                                                   abs=max(a.delta, 1e-4) + 1e-3)
-    model.kernel_mix.fill_(0.0)  # the kernel part all fingerprints: atoms still differ
-    only = explain_molecule([model], smiles).attribution
+    ensemble.kernel.mix.fill_(0.0)  # the kernel part all fingerprints: atoms still differ
+    only = explain_molecule(ensemble, smiles).attribution
     assert float(only.values.std()) > 0
     assert float(only.values.sum()) == pytest.approx(only.prediction - only.baseline,
                                                      abs=max(only.delta, 1e-4) + 1e-3)
@@ -227,18 +271,18 @@ def test_a_run_started_without_fingerprints_resumes_without_them(tmp_path, capsy
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     out = tmp_path / "run"
     first = run_from_before(data, out, capsys, "--kernel-fingerprints", "off",
-                            "kernel_fingerprints", "fingerprint_kernel")
+                             "kernel_fingerprints")  # the default now: on
     status, stdout, _ = train_tiny(data, out, capsys, "--resume")
     assert status == 0 and "fingerprint kernel ridge" not in stdout
-    (model,), _ = load_run(out)
-    assert model.fingerprint_kernel is None
+    ensemble, _ = load_run(out)
+    assert ensemble.kernel is not None and ensemble.kernel.fingerprint is None
     assert json.loads((out / "metrics.json").read_text())["test"]["rmse"] == first
 
 
 def test_the_kernel_in_blocks_equals_the_kernel_at_once(monkeypatch):
-    from setattn.molprop import fingerprint_kernel
+    from setattn.molprop import kernels
 
     a, b = _counts(11), _counts(5, seed=5)
     whole = minmax_kernel(a, b)
-    monkeypatch.setattr(fingerprint_kernel, "BLOCK", 3)  # blocks of 3, 3, 3 and 2 rows
+    monkeypatch.setattr(kernels, "BLOCK", 3)  # blocks of 3, 3, 3 and 2 rows
     np.testing.assert_array_equal(minmax_kernel(a, b).numpy(), whole.numpy())

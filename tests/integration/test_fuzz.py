@@ -47,8 +47,9 @@ from setattn.domains.molecules import (
     rdkit_descriptors,
 )
 from setattn.explain import METHODS
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 from setattn.molprop.predict import predict_csv
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool
 
@@ -94,7 +95,7 @@ def edited_smiles(draw) -> str:
 # SMILES
 # ----------------------------------------------------------------------------
 
-TINY_MODEL = MoleculeModel(MoleculeModelConfig(hidden=8, layers=1, heads=2)).eval()
+TINY_MODEL = MoleculeNetwork(NetworkConfig(hidden=8, layers=1, heads=2)).eval()
 
 
 @fuzz(100)
@@ -180,8 +181,8 @@ def test_attention_pool_with_empty_graphs(sizes, seed):
 # setattn predict: rows kept, in order
 # ----------------------------------------------------------------------------
 
-ENSEMBLE = [MoleculeModel(MoleculeModelConfig(hidden=8, layers=1, heads=2)).eval()
-            for _ in range(2)]
+ENSEMBLE = Ensemble([MoleculeNetwork(NetworkConfig(hidden=8, layers=1, heads=2))
+                     for _ in range(2)]).eval()
 
 record = st.one_of(
     st.tuples(st.integers(0, 99).map(str), edited_smiles()).map(list),  # id, smiles
@@ -261,7 +262,7 @@ def test_csv_dialects_read_back_every_cell(table, delimiter, quoting, encoding, 
         path.write_bytes(gzip.compress(data) if compress else data)
         read = read_molecule_table(path, "smiles", ["y"], named)
         output = Path(tmp) / "out.csv"
-        predict_csv(ENSEMBLE[:1], ["y"], path, output, "smiles", encoding=named)
+        predict_csv(ENSEMBLE.member(0), ["y"], path, output, "smiles", encoding=named)
         with open(output, newline="", encoding="utf-8") as handle:
             predicted = [row["smiles"] for row in csv.DictReader(handle)]
     assert read.smiles == predicted == [smiles for _, smiles, _ in table]

@@ -287,7 +287,7 @@ def test_checkpoint_claiming_absurd_width_is_refused_before_building(tmp_path, c
     path = tmp_path / "best.pt"
     checkpoint.save_checkpoint({k: v for k, v in ckpt.items() if k != "setattn_format"}, path)
     built = []
-    monkeypatch.setattr(checkpoint, "MoleculeModel", lambda config: built.append(config))
+    monkeypatch.setattr(checkpoint, "MoleculeNetwork", lambda config: built.append(config))
     status, _, err = run(["predict", "--model", path, "--data", _FREESOLV, "--output",
                           tmp_path / "p.csv"], capsys)
     _refused(status, err, "best.pt: key 'config.hidden': must be <= 8,192",

@@ -101,12 +101,12 @@ def test_checkpoints_carry_a_checksum_and_old_ones_still_load(tiny_run, tmp_path
     del ckpt["checksum"]  # as written before checksums existed: read unverified
     old = tmp_path / "old.pt"
     torch.save(ckpt, old)
-    model, meta = checkpoint.load_model(old)
+    model, meta = checkpoint.load_network(old)
     assert meta["target_columns"] == ["expt"]
     ckpt["checksum"] = "0" * 64  # a checksum that does not match
     torch.save(ckpt, old)
     with pytest.raises(CheckpointError, match=f"{old}: damaged checkpoint"):
-        checkpoint.load_model(old)
+        checkpoint.load_network(old)
 
 
 def test_resume_after_config_json_was_edited_names_the_field(tiny_run, tmp_path, capsys):

@@ -11,13 +11,13 @@ import pytest
 import torch
 from molecule_runs import freesolv_slice, read_csv, run, train_tiny
 
-from setattn.molprop import kernel as kernel_module
+from setattn.molprop import kernels as kernel_module
 from setattn.molprop.api import MoleculePredictor
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, calibrate
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize
-from setattn.molprop.inference import interval_spread, model_predictions, spread_kind
-from setattn.molprop.kernel import CLIP, KernelRidge
+from setattn.molprop.kernels import CLIP, KernelRidge
 from setattn.molprop.predict import predict_csv, predict_interval, predict_spread
 
 
@@ -118,39 +118,41 @@ def test_a_kernel_run_scales_its_intervals_by_the_posterior_std(tmp_path, capsys
     metrics = json.loads((out / "metrics.json").read_text())
     cal = Calibration.from_dict(metrics["uncertainty"]["calibration"])
     assert cal.spread == KERNEL and "posterior std" in metrics["uncertainty"]["method"]
-    models, _ = load_run(out)
-    assert spread_kind(models) == KERNEL
+    ensemble, _ = load_run(out)
+    assert ensemble.spread_kind() == KERNEL
     rows = read_csv(data)[:8]
     smiles = [r["smiles"] for r in rows]
-    molecules = [featurize(s, models[0].config.descriptor_dim) for s in smiles]
-    u = models[0].kernel.posterior_std(torch.cat([d.descriptors for d in molecules]))  # (8,)
-    mean, lower, upper, errors = predict_interval(models, smiles, cal)
+    molecules = [featurize(s, ensemble.descriptor_dim) for s in smiles]
+    u = ensemble.kernel.descriptor.posterior_std(
+        torch.cat([d.descriptors for d in molecules]))  # (8,)
+    mean, lower, upper, errors = predict_interval(ensemble, smiles, cal)
     assert not any(errors)
     half = cal.scale[0] * (u + cal.floor[0])  # (8,)
     np.testing.assert_allclose((mean[:, 0] - lower[:, 0]).numpy(), half.numpy(), rtol=1e-4)
     np.testing.assert_allclose((upper[:, 0] - mean[:, 0]).numpy(), half.numpy(), rtol=1e-4)
     assert float(half.std()) > 0  # the widths differ from molecule to molecule
     # the scale before calibration, public: the posterior std, or the members' spread
-    means, _, scale, errors = predict_spread(models, [*smiles, "C1CC"], KERNEL)
+    means, _, scale, errors = predict_spread(ensemble, [*smiles, "C1CC"], KERNEL)
     np.testing.assert_allclose(scale[:8, 0].numpy(), u.numpy(), rtol=1e-5)
     np.testing.assert_allclose(means[:8].numpy(), mean.numpy(), rtol=1e-6)
     assert not any(errors[:8]) and errors[8].startswith("invalid SMILES")
     assert torch.isnan(scale[8]).all() and torch.isnan(means[8]).all()
-    each = torch.stack([model_predictions(m, molecules) for m in models])  # (2, 8, 1)
-    _, _, scale, _ = predict_spread(models, smiles)  # ENSEMBLE: the members' spread
+    # each member alone: its network stacked with the kernel part at the run's weight
+    each = torch.cat([Ensemble([net], ensemble.kernel, ensemble.weight)
+                      .member_predictions(molecules) for net in ensemble.networks])  # (2, 8, 1)
+    _, _, scale, _ = predict_spread(ensemble, smiles)  # ENSEMBLE: the members' spread
     np.testing.assert_allclose(scale.numpy(), each.std(0, correction=0).numpy(), rtol=1e-5,
                                atol=1e-7)
     assert float(scale.abs().sum()) > 0
     with pytest.raises(ValueError, match="interval spread must be one of"):
-        predict_spread(models, smiles, "gp")
+        predict_spread(ensemble, smiles, "gp")
     # the floor is the posterior std's mean over the validation molecules
     split = json.loads((out / "split.json").read_text())
     all_rows = read_csv(data)
-    val = [featurize(all_rows[i]["smiles"], models[0].config.descriptor_dim)
-           for i in split["val"]]
+    val = [featurize(all_rows[i]["smiles"], ensemble.descriptor_dim) for i in split["val"]]
     std = torch.zeros(len(val), 1)
-    assert cal.floor[0] == pytest.approx(float(interval_spread(models, val, std, KERNEL).mean()),
-                                         rel=1e-5)
+    assert cal.floor[0] == pytest.approx(
+        float(ensemble.interval_spread(val, std, KERNEL).mean()), rel=1e-5)
     # setattn predict and the Python API give the same intervals
     status, _, _ = run(["predict", "--model", out, "--data", data, "--output",
                         tmp_path / "p.csv"], capsys)
@@ -170,11 +172,11 @@ def test_a_run_without_a_kernel_ridge_keeps_the_ensemble_spread(tmp_path, capsys
     assert status == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["uncertainty"]["calibration"]["spread"] == ENSEMBLE
-    models, _ = load_run(out)
-    assert spread_kind(models) == ENSEMBLE
+    ensemble, _ = load_run(out)
+    assert ensemble.kernel is None and ensemble.spread_kind() == ENSEMBLE
     with pytest.raises(ValueError, match="need a model with a kernel ridge"):
-        interval_spread(models, [featurize("CCO", models[0].config.descriptor_dim)],
-                        torch.zeros(1, 1), KERNEL)
+        ensemble.interval_spread([featurize("CCO", ensemble.descriptor_dim)],
+                                 torch.zeros(1, 1), KERNEL)
 
 
 
@@ -206,12 +208,12 @@ def test_workers_invalid_smiles_and_an_old_calibration(tmp_path, capsys):
     with queries.open("w") as handle:
         handle.write("smiles\n" + "\n".join([r["smiles"] for r in rows[:6]] + ["C1CC"]
                                             + [r["smiles"] for r in rows[6:]]) + "\n")
-    models, meta = load_run(out)
+    ensemble, meta = load_run(out)
     assert meta["conformal"].spread == KERNEL
     outputs = {}
     for workers in (1, 2):  # chunks of 4 rows, in this process or in 2 forked workers
         target = tmp_path / f"p{workers}.csv"
-        predict_csv(models, ["expt"], queries, target, "smiles", chunk_rows=4,
+        predict_csv(ensemble, ["expt"], queries, target, "smiles", chunk_rows=4,
                     workers=workers, calibration=meta["conformal"])
         outputs[workers] = read_csv(target)
     assert outputs[1] == outputs[2]  # every column, the intervals too
@@ -223,11 +225,11 @@ def test_workers_invalid_smiles_and_an_old_calibration(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     del metrics["uncertainty"]["calibration"]["spread"]
     (out / "metrics.json").write_text(json.dumps(metrics))
-    models, meta = load_run(out)
+    ensemble, meta = load_run(out)
     cal = meta["conformal"]
     assert cal.spread == ENSEMBLE
     smiles = [r["smiles"] for r in rows]
-    mean, lower, _, _ = predict_interval(models, smiles, cal)
+    mean, lower, _, _ = predict_interval(ensemble, smiles, cal)
     std = torch.from_numpy(MoleculePredictor.load(out).predict_std(smiles))  # (12, 1)
     half = cal.scale[0] * (std[:, 0] + cal.floor[0])  # (12,)
     np.testing.assert_allclose((mean[:, 0] - lower[:, 0]).numpy(), half.numpy(), rtol=1e-4)

@@ -1,5 +1,6 @@
 """The descriptor kernel ridge: its closed form, its leave-one-out choice, and its
-place in the molecule model and the ``train`` / ``predict`` commands."""
+place in the molecule model (the kernel part of the ``Ensemble``) and the ``train`` /
+``predict`` commands."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from molecule_runs import (
     DATASETS_DIR,
     TINY,
+    as_written_by_0_2_0,
     csv_slice,
     freesolv_run,
     freesolv_slice,
@@ -28,10 +30,19 @@ from torch_geometric.loader import DataLoader
 
 from setattn import cli
 from setattn.molprop.batching import collate_molecules
-from setattn.molprop.checkpoint import load_run
+from setattn.molprop.checkpoint import (
+    ENSEMBLE_FILE,
+    LEGACY_KEYS,
+    CheckpointError,
+    load_checkpoint,
+    load_run,
+    read_ensemble_config,
+    save_checkpoint,
+)
+from setattn.molprop.ensemble import NETWORK_WEIGHT
 from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize
-from setattn.molprop.kernel import (
+from setattn.molprop.kernels import (
     CLIP,
     GAMMAS,
     GRID,
@@ -39,11 +50,17 @@ from setattn.molprop.kernel import (
     LAPLACIAN_GAMMAS,
     RBF,
     RIDGES,
+    SCORE_EPS,
     KernelRidge,
     _distances,
     loo_fits,
 )
-from setattn.molprop.model import KERNEL_BLEND, SCORE_EPS, MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+
+
+# an ``Ensemble`` state key -> the name setattn 0.2.0 gave it inside each member
+def _same_state(a: dict, b: dict) -> bool:
+    return set(a) == set(b) and all(torch.equal(v, b[k]) for k, v in a.items())
 
 
 def _problem(m: int = 30, f: int = 6, t: int = 2, seed: int = 0):
@@ -205,15 +222,23 @@ def test_model_predicts_the_weighted_mean_of_network_and_kernel(tmp_path, capsys
     parts = metrics["components"]
     (w,) = parts["blend"]  # fitted on the validation part, one per task
     assert 0.0 <= w <= 1.0 and parts["kernel"]["gamma"] > 0
-    (model,), _ = load_run(out)
-    assert model.config.kernel_size == metrics["split"]["train"]
-    assert model.blend.tolist() == pytest.approx([w])  # written into best.pt
+    ensemble, _ = load_run(out)
+    assert len(ensemble) == 1 and ensemble.kernel.config.size == metrics["split"]["train"]
+    assert ensemble.weight.tolist() == pytest.approx([w])
+    # written into ensemble.pt once; best.pt holds the network alone
+    saved = load_checkpoint(out / ENSEMBLE_FILE, "ensemble")
+    assert saved["config"]["weight"] == "stacked"
+    assert saved["state_dict"]["weight"].tolist() == pytest.approx([w])
+    best = load_checkpoint(out / "model_0" / "best.pt")
+    assert not any(key in best["config"] for key in LEGACY_KEYS)
+    assert _same_state(best["state_dict"], ensemble.networks[0].state_dict())
     rows = predicted_rows(out, data, tmp_path, capsys)
-    batch = next(iter(DataLoader([featurize(r["smiles"], model.config.descriptor_dim)
+    batch = next(iter(DataLoader([featurize(r["smiles"], ensemble.descriptor_dim)
                                   for r in rows[:6]], batch_size=6)))
+    network = ensemble.networks[0]
     with torch.no_grad():
-        net = model.to_units(model(batch))
-        ker = model.to_units(model.kernel_outputs(batch))
+        net = network.to_units(network(batch))
+        ker = network.to_units(ensemble.kernel(batch))
     expected = w * net + (1 - w) * ker  # (6, 1)
     got = torch.tensor([float(r["expt"]) for r in rows[:6]])
     np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-5)
@@ -226,13 +251,14 @@ def test_a_fixed_weight_predicts_the_mean_of_network_and_kernel(tmp_path, capsys
     assert status == 0 and "network weight in the blend" not in stdout
     metrics = json.loads((out / "metrics.json").read_text())
     parts = metrics["components"]
-    assert parts["blend"] == KERNEL_BLEND
+    assert parts["blend"] == NETWORK_WEIGHT
     # the run's predictions are the mean of the two parts, so is its RMSE bound
     for split in ("val", "test"):
         net, ker = parts[split]["attention"]["rmse"], parts[split]["kernel_ridge"]["rmse"]
         assert metrics[split]["rmse"] <= (net + ker) / 2 + 1e-6
-    (model,), _ = load_run(out)
-    assert model.blend.shape == () and not model.config.fitted_blend
+    ensemble, _ = load_run(out)
+    assert ensemble.weight.shape == () and float(ensemble.weight) == NETWORK_WEIGHT
+    assert read_ensemble_config(out)["weight"] == "fixed"
 
 
 def test_kernel_is_off_without_descriptors_on_request_and_for_several_classification_tasks(
@@ -243,16 +269,17 @@ def test_kernel_is_off_without_descriptors_on_request_and_for_several_classifica
         status, stdout, _ = train_tiny(fs, out, capsys, *extra)
         assert status == 0 and "kernel ridge" not in stdout
         assert "components" not in json.loads((out / "metrics.json").read_text())
-        (model,), _ = load_run(out)
-        assert model.kernel is None and float(model.blend) == 1.0
+        ensemble, _ = load_run(out)
+        assert ensemble.kernel is None and float(ensemble.weight) == 1.0
+        assert read_ensemble_config(out) == {"members": 1, "weight": "none", "kernel": None}
     tox = tox21_slice(tmp_path / "tox.csv", 40)
     out = tmp_path / "tox"
     status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
                                    targets=("NR-AR", "SR-p53"))
     assert status == 0
     assert "note: no kernel ridge (--kernel-ridge auto): 2 classification tasks" in stdout
-    (model,), _ = load_run(out)
-    assert model.kernel is None
+    ensemble, _ = load_run(out)
+    assert ensemble.kernel is None
 
 
 @pytest.fixture(scope="module")
@@ -274,9 +301,11 @@ def one_task(tmp_path_factory) -> tuple[Path, str]:
 def test_auto_fits_the_kernel_for_one_classification_task(one_task):
     out, stdout = one_task
     assert "(on the 0/1 labels)" in stdout
-    (model,), _ = load_run(out)
-    assert model.kernel is not None and model.config.kernel_size > 0
-    assert float(model.blend) == KERNEL_BLEND  # classification keeps the fixed weight
+    ensemble, _ = load_run(out)
+    assert ensemble.kernel is not None and ensemble.kernel.config.size > 0
+    assert ensemble.kernel.config.task == "classification"
+    assert float(ensemble.weight) == NETWORK_WEIGHT  # classification keeps the fixed weight
+    assert read_ensemble_config(out)["weight"] == "fixed"
     parts = json.loads((out / "metrics.json").read_text())["components"]
     assert set(parts["val"]) == {"attention", "kernel_ridge"}
 
@@ -298,15 +327,15 @@ def test_the_network_part_averages_member_probabilities_like_the_ensemble(tmp_pa
 
 
 def test_explain_gives_contributions_to_the_blended_classification_logit(one_task):
-    (model,), _ = load_run(one_task[0])
-    assert model.kernel is not None
+    ensemble, _ = load_run(one_task[0])
+    assert ensemble.kernel is not None
     for smiles in ("OCC(N)c1ccncc1", "CCCCCl"):
-        e = explain_molecule(model, smiles, "integrated-gradients")
+        e = explain_molecule(ensemble, smiles, "integrated-gradients")
         blended = math.log(e.probability / (1 - e.probability))  # predict's probability
         assert e.attribution.prediction == pytest.approx(blended, abs=1e-4)
         with torch.no_grad():
-            data = featurize(smiles, model.config.descriptor_dim)
-            network = float(model(collate_molecules([data]))[0, 0])  # its logit alone
+            data = featurize(smiles, ensemble.descriptor_dim)
+            network = float(ensemble.networks[0](collate_molecules([data]))[0, 0])  # alone
         assert abs(e.attribution.prediction - network) > 1e-3  # the kernel's part counts
         assert abs(e.attribution.gap()) <= e.attribution.delta + 1e-4
 
@@ -317,28 +346,52 @@ def test_classification_on_request_averages_the_two_probabilities(tmp_path, caps
     status, stdout, _ = train_tiny(tox, out, capsys, "--task", "classification",
                                    "--kernel-ridge", "on", targets=("NR-AR", "SR-p53"))
     assert status == 0 and "(on the 0/1 labels)" in stdout
-    (model,), _ = load_run(out)
-    assert model.kernel is not None and model.config.kernel_size > 0
+    ensemble, _ = load_run(out)
+    assert ensemble.kernel is not None and ensemble.kernel.config.size > 0
+    assert ensemble.kernel.config.num_tasks == 2
     parts = json.loads((out / "metrics.json").read_text())["components"]
     assert set(parts["test"]["kernel_ridge"]) == set(parts["test"]["attention"])
     status, _, _ = run(["predict", "--model", out, "--data", tox, "--output",
                         tmp_path / "p.csv"], capsys)
     assert status == 0
     rows = [r for r in read_csv(tmp_path / "p.csv") if r["NR-AR"]][:6]
-    batch = next(iter(DataLoader([featurize(r["smiles"], model.config.descriptor_dim)
+    batch = next(iter(DataLoader([featurize(r["smiles"], ensemble.descriptor_dim)
                                   for r in rows], batch_size=6)))
     with torch.no_grad():
-        net = torch.sigmoid(model(batch))  # (6, 2)
-        score = model.kernel_outputs(batch)  # (6, 2) fitted to 0/1 labels
-    expected = KERNEL_BLEND * net + (1 - KERNEL_BLEND) * score.clamp(SCORE_EPS, 1 - SCORE_EPS)
+        net = torch.sigmoid(ensemble.networks[0](batch))  # (6, 2)
+        score = ensemble.kernel(batch)  # (6, 2) fitted to 0/1 labels
+    expected = NETWORK_WEIGHT * net + (1 - NETWORK_WEIGHT) * score.clamp(SCORE_EPS,
+                                                                         1 - SCORE_EPS)
     got = torch.tensor([[float(r["NR-AR"]), float(r["SR-p53"])] for r in rows])
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
     assert ((got > 0) & (got < 1)).all()
 
 
-def test_model_config_refuses_a_kernel_without_descriptors():
-    with pytest.raises(ValueError, match="kernel_size needs descriptors"):
-        MoleculeModel(MoleculeModelConfig(kernel_size=10, descriptor_dim=0))
+def test_a_saved_kernel_part_without_descriptors_is_refused(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 30)
+    out = tmp_path / "run"
+    assert train_tiny(data, out, capsys)[0] == 0  # a kernel ridge (--kernel-ridge auto)
+    path = out / ENSEMBLE_FILE
+    ckpt = load_checkpoint(path, "ensemble")
+    ckpt["config"]["kernel"]["descriptor_dim"] = 0  # a kernel ridge on no descriptors
+    save_checkpoint(ckpt, path)
+    with pytest.raises(CheckpointError, match="ensemble.pt: kernel config refused before "
+                                              "building it"):
+        load_run(out)
+    # a 0.2.0 member whose config claims one is refused alike
+    network = MoleculeNetwork(NetworkConfig(hidden=8, heads=2, descriptor_dim=0))
+    payload = {"kind": "model", "config": {**network.config.to_dict(), "kernel_size": 0,
+                                           "fingerprint_kernel": False,
+                                           "fitted_blend": False},
+               "state_dict": {**network.state_dict(), "blend": torch.tensor(1.0)},
+               "meta": {"task": "regression", "target_columns": ["y"]}}
+    alone = save_checkpoint(payload, tmp_path / "alone.pt")
+    assert load_run(alone)[0].kernel is None  # without the claim it loads
+    payload["config"]["kernel_size"] = 10
+    claimed = save_checkpoint(payload, tmp_path / "claimed.pt")
+    with pytest.raises(CheckpointError, match="claimed.pt: kernel config refused before "
+                                              "building it"):
+        load_run(claimed)
 
 
 def test_a_regression_target_without_training_labels_is_named(tmp_path, capsys):
@@ -358,20 +411,50 @@ def test_a_regression_target_without_training_labels_is_named(tmp_path, capsys):
     assert status == 0
 
 
+def test_a_run_written_by_0_2_0_loads_and_predicts_the_same(tmp_path, capsys):
+    data = freesolv_slice(tmp_path / "fs.csv", 40)
+    out = tmp_path / "run"
+    # a fingerprint kernel ridge and a fitted weight: every key 0.2.0 named otherwise
+    assert train_tiny(data, out, capsys, "--ensemble-size", "2")[0] == 0
+    new, _ = load_run(out)
+    expected = new.state_dict()
+    assert new.kernel.fingerprint is not None and new.weight.shape == (1,)
+    before = predicted_rows(out, data, tmp_path, capsys)
+    as_written_by_0_2_0(out)
+    old = load_checkpoint(out / "model_1" / "best.pt")
+    assert {"kernel.alpha", "fingerprint_kernel.alpha", "kernel_mix", "blend"} <= set(
+        old["state_dict"]) and old["config"]["fitted_blend"]
+    ensemble, meta = load_run(out)
+    assert len(ensemble) == 2 and ensemble.kernel.config == new.kernel.config
+    assert _same_state(ensemble.state_dict(), expected)
+    assert "conformal" in meta
+    assert predicted_rows(out, data, tmp_path, capsys) == before
+    # one 0.2.0 best.pt: that network alone, with the kernel part and weight it holds
+    single, _ = load_run(out / "model_1" / "best.pt")
+    assert len(single) == 1 and single.kernel.config == new.kernel.config
+    assert _same_state(single.state_dict(),
+                       {k.replace("networks.1.", "networks.0."): v for k, v in expected.items()
+                        if not k.startswith("networks.0.")})
+    molecules = [featurize(r["smiles"], new.descriptor_dim) for r in read_csv(data)[:8]]
+    torch.testing.assert_close(single.member_predictions(molecules)[0],
+                               new.member_predictions(molecules)[1], rtol=0, atol=0)
+
+
 def test_a_checkpoint_saved_before_the_blend_weight_still_loads(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     out = tmp_path / "run"
     status, _, _ = train_tiny(data, out, capsys, "--kernel-ridge", "off")
     assert status == 0
+    expected = load_run(out)[0].state_dict()
+    as_written_by_0_2_0(out)  # no ensemble.pt: the weight lived in each best.pt
     best = out / "model_0" / "best.pt"
     ckpt = torch.load(best, weights_only=True)
-    expected = load_run(out)[0][0].state_dict()
     del ckpt["state_dict"]["blend"]  # as written before the blend weight existed
     del ckpt["checksum"]  # and before checksums
     torch.save(ckpt, best)
-    (model,), _ = load_run(out)
-    assert float(model.blend) == 1.0
-    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
+    ensemble, _ = load_run(out)
+    assert ensemble.kernel is None and float(ensemble.weight) == 1.0
+    assert _same_state(ensemble.state_dict(), expected)
 
 
 def test_a_checkpoint_saved_before_laplacian_kernels_loads_as_an_rbf(tmp_path, capsys):
@@ -379,15 +462,16 @@ def test_a_checkpoint_saved_before_laplacian_kernels_loads_as_an_rbf(tmp_path, c
     out = tmp_path / "run"
     status, _, _ = train_tiny(data, out, capsys)  # a kernel ridge (--kernel-ridge auto)
     assert status == 0
+    expected = load_run(out)[0].state_dict()
+    assert float(expected["kernel.descriptor.norm"]) == RBF
+    as_written_by_0_2_0(out)  # the kernel part inside each best.pt, under "kernel."
     best = out / "model_0" / "best.pt"
     ckpt = torch.load(best, weights_only=True)
-    expected = load_run(out)[0][0].state_dict()
-    assert float(expected["kernel.norm"]) == RBF
     del ckpt["state_dict"]["kernel.norm"]  # as written before the buffer existed
     del ckpt["checksum"]  # and before checksums
     torch.save(ckpt, best)
-    (model,), _ = load_run(out)
-    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
+    ensemble, _ = load_run(out)
+    assert _same_state(ensemble.state_dict(), expected)
 
 
 def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, capsys,
@@ -400,8 +484,8 @@ def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, caps
     assert status == 0 and "note: no kernel ridge (--kernel-ridge auto): it is fitted " \
         "on at most 5 training molecules, got" in stdout
     assert "kernel ridge on" not in stdout
-    (model,), _ = load_run(tmp_path / "auto")
-    assert model.kernel is None and float(model.blend) == 1.0
+    ensemble, _ = load_run(tmp_path / "auto")
+    assert ensemble.kernel is None and float(ensemble.weight) == 1.0
     status, _, err = train_tiny(data, tmp_path / "big", capsys, "--kernel-ridge", "on")
     assert status == 2 and "--kernel-ridge: on, but it is fitted on at most 5" in err
     assert not (tmp_path / "big" / "model_0").exists()  # refused before training
@@ -432,8 +516,8 @@ def test_a_resumed_run_keeps_the_kernel_ridge_it_started_with(tmp_path, capsys, 
     monkeypatch.setattr(limits, "KERNEL_MAX_TRAIN", 20000)  # auto would fit it now
     status, stdout, _ = train_tiny(data, without, capsys, "--resume")
     assert status == 0 and "kernel ridge" not in stdout
-    (model,), _ = load_run(without)
-    assert model.kernel is None
+    ensemble, _ = load_run(without)
+    assert ensemble.kernel is None
     monkeypatch.setattr(limits, "kernel_memory", lambda m: 10**15)  # no room for its fit
     status, _, err = train_tiny(data, with_kernel, capsys, "--resume")
     assert status == 2 and "--resume: the run started with a kernel ridge, but its fit on " \

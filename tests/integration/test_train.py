@@ -17,7 +17,7 @@ from setattn import cli
 from setattn.cli import train as cli_train
 from setattn.cli.train import run_config_from_args
 from setattn.molprop import checkpoint, config, loop, metrics
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 from setattn.molprop.run import run_training
 
 
@@ -106,11 +106,11 @@ def test_batch_size_of_runs_saved_without_one():
 # ----------------------------------------------------------------------------
 
 
-def _tiny_model() -> MoleculeModel:
-    return MoleculeModel(MoleculeModelConfig(hidden=8, layers=1, heads=2))
+def _tiny_model() -> MoleculeNetwork:
+    return MoleculeNetwork(NetworkConfig(hidden=8, layers=1, heads=2))
 
 
-def _model_payload(model: MoleculeModel) -> dict:
+def _model_payload(model: MoleculeNetwork) -> dict:
     return {"kind": "model", "config": model.config.to_dict(), "state_dict": model.state_dict(),
             "meta": {"task": "regression", "target_columns": ["y"]}}
 
@@ -118,7 +118,7 @@ def _model_payload(model: MoleculeModel) -> dict:
 def test_checkpoint_round_trip(tmp_path):
     model = _tiny_model()
     path = checkpoint.save_checkpoint(_model_payload(model), tmp_path / "best.pt")
-    loaded, meta = checkpoint.load_model(path)
+    loaded, meta = checkpoint.load_network(path)
     assert meta["target_columns"] == ["y"]
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value)
@@ -203,7 +203,7 @@ def test_foreign_checkpoints_are_refused(tmp_path):
     payload["config"] = {**payload["config"], "hidden": 16}  # weights of another shape
     checkpoint.save_checkpoint(payload, wrong)
     with pytest.raises(checkpoint.CheckpointError, match="wrong.pt: the weights do not match"):
-        checkpoint.load_model(wrong)
+        checkpoint.load_network(wrong)
 
     with pytest.raises(FileNotFoundError, match="missing.pt"):
         checkpoint.load_checkpoint(tmp_path / "missing.pt")
@@ -288,8 +288,8 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
     m_cut = json.loads((tmp_path / "cut" / "metrics.json").read_text())
     assert m_cut["test"] == m_whole["test"] and m_cut["val"] == m_whole["val"]
     for k in range(2):
-        a = checkpoint.load_model(tmp_path / "whole" / f"model_{k}" / "best.pt")[0].state_dict()
-        b = checkpoint.load_model(tmp_path / "cut" / f"model_{k}" / "best.pt")[0].state_dict()
+        a = checkpoint.load_network(tmp_path / "whole" / f"model_{k}" / "best.pt")[0].state_dict()
+        b = checkpoint.load_network(tmp_path / "cut" / f"model_{k}" / "best.pt")[0].state_dict()
         assert all(torch.equal(a[key], b[key]) for key in a)
 
 
@@ -452,7 +452,7 @@ def test_early_stopping_keeps_the_best_epoch(tmp_path, capsys, monkeypatch):
     log = read_csv(tmp_path / "run" / "log.csv")
     assert [r["val_rmse"] for r in log] == ["1", "2", "3"]
     assert any("early stop after epoch 3" in line for line in lines)
-    model, meta = checkpoint.load_model(tmp_path / "run" / "model_0" / "best.pt")
+    model, meta = checkpoint.load_network(tmp_path / "run" / "model_0" / "best.pt")
     assert meta["epoch"] == 1
     last = checkpoint.load_checkpoint(tmp_path / "run" / "model_0" / "last.pt", "training")
     assert last["progress"]["finished"] and last["progress"]["best_epoch"] == 1

@@ -199,18 +199,18 @@ def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, cp, tmp_pat
     assert len(rounds["freesolv", "random", 10]) == 2
 
 
-def test_an_ensembles_shared_kernel_ridge_is_counted_once(bench, monkeypatch):
+def test_an_ensembles_one_kernel_part_is_counted_once(bench, monkeypatch):
     jobs, _ = bench
     import torch
 
     kernel = torch.nn.Module()
-    kernel.centres, kernel.alpha = torch.zeros(50, 8), torch.zeros(50, 1)
-    members = []
-    for _ in range(3):
-        member = torch.nn.Linear(4, 1)  # 5 trainable numbers
-        member.kernel = kernel
-        members.append(member)
-    monkeypatch.setattr(jobs, "load_run", lambda run_dir: (members, None))
+    kernel.descriptor = torch.nn.Module()
+    kernel.descriptor.centres = torch.zeros(50, 8)
+    kernel.descriptor.alpha = torch.zeros(50, 1)
+    ensemble = torch.nn.Module()
+    ensemble.kernel = kernel
+    ensemble.networks = torch.nn.ModuleList([torch.nn.Linear(4, 1) for _ in range(3)])  # 5 each
+    monkeypatch.setattr(jobs, "load_run", lambda run_dir: (ensemble, None))
     metrics = {"test": {"rmse": 1.0}, "models": [{"epochs_run": 7}] * 3, "train_seconds": 2.0,
                "split": {"train": 80, "val": 10, "test": 10}}
     result = jobs.setattn_result(metrics, Path("unused"), "rmse")

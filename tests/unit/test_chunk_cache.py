@@ -23,6 +23,18 @@ def counted(smiles, calls, dim=0):
     return featurise
 
 
+def cached_chunk(smiles, dim, max_heavy_atoms, featurise):
+    """The featurised chunk from the store, or ``featurise()`` saved there (what
+    ``predict`` does with a chunk)."""
+    key = chunk_cache.chunk_key(smiles, dim, max_heavy_atoms)
+    hit = chunk_cache.load_featurised(key)
+    if hit is not None:
+        return hit
+    result = featurise()
+    chunk_cache.save_featurised(key, result, dim)
+    return result
+
+
 def entries(folder):
     return sorted((folder / "chunks").glob("*.pt"))
 
@@ -30,8 +42,8 @@ def entries(folder):
 def test_second_call_reads_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path))
     dim, calls = descriptor_count(), []
-    cold = chunk_cache.cached_chunk(SMILES, dim, 300, counted(SMILES, calls, dim))
-    warm = chunk_cache.cached_chunk(SMILES, dim, 300, counted(SMILES, calls, dim))
+    cold = cached_chunk(SMILES, dim, 300, counted(SMILES, calls, dim))
+    warm = cached_chunk(SMILES, dim, 300, counted(SMILES, calls, dim))
     assert len(calls) == 1 and len(entries(tmp_path)) == 1
     assert warm[1] == cold[1] == [0, 2, 3]
     assert warm[2] == cold[2] and warm[2][1].startswith("invalid SMILES")
@@ -45,24 +57,24 @@ def test_second_call_reads_the_cache(tmp_path, monkeypatch):
 def test_other_smiles_or_settings_are_other_entries(tmp_path, monkeypatch):
     monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path))
     calls = []
-    chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
-    chunk_cache.cached_chunk(SMILES[:3], 0, 300, counted(SMILES[:3], calls))
-    chunk_cache.cached_chunk(SMILES, 0, 5, counted(SMILES, calls))
+    cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    cached_chunk(SMILES[:3], 0, 300, counted(SMILES[:3], calls))
+    cached_chunk(SMILES, 0, 5, counted(SMILES, calls))
     assert len(calls) == 3 and len(entries(tmp_path)) == 3
 
 
 def test_damaged_entry_is_featurised_again(tmp_path, monkeypatch):
     monkeypatch.setenv("SETATTN_CACHE_DIR", str(tmp_path))
     calls = []
-    first = chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    first = cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
     (file,) = entries(tmp_path)
     entry = torch.load(file, weights_only=True)
     entry["content"]["x"][0, 0] += 1.0  # edited content: the checksum no longer matches
     torch.save(entry, file)
-    again = chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    again = cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
     assert len(calls) == 2 and torch.equal(again[0][0].x, first[0][0].x)
     file.write_bytes(b"not a torch file")
-    chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+    cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
     assert len(calls) == 3
 
 
@@ -70,7 +82,7 @@ def test_cache_off_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("SETATTN_CACHE_DIR", "off")
     calls = []
     for _ in range(2):
-        chunk_cache.cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
+        cached_chunk(SMILES, 0, 300, counted(SMILES, calls))
     assert len(calls) == 2 and not list(tmp_path.iterdir())
 
 
@@ -93,11 +105,11 @@ def test_free_cores_leave_the_busy_ones(monkeypatch):
 
 
 def _tiny_models(seed):
-    from setattn.molprop.config import MoleculeModelConfig
-    from setattn.molprop.model import MoleculeModel
+    from setattn.molprop.ensemble import Ensemble
+    from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 
     torch.manual_seed(seed)
-    return [MoleculeModel(MoleculeModelConfig(hidden=8, heads=1)).eval()]
+    return Ensemble([MoleculeNetwork(NetworkConfig(hidden=8, heads=1))]).eval()
 
 
 def test_predictions_come_back_only_for_the_same_models(tmp_path, monkeypatch):
@@ -113,13 +125,13 @@ def test_predictions_come_back_only_for_the_same_models(tmp_path, monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(predict, "_chunk_outputs", counting)
-    cold = predict._predict_chunk(models, SMILES, 0, "test.csv", cache=digest)
-    warm = predict._predict_chunk(models, SMILES, 0, "test.csv", cache=digest)
+    cold = predict._predict_chunk(models, SMILES, 0, "test.csv", digest=digest)
+    warm = predict._predict_chunk(models, SMILES, 0, "test.csv", digest=digest)
     assert len(calls) == 1 and len(list((tmp_path / "outputs").glob("*.pt"))) == 1
     for a, b in zip(cold[:3], warm[:3]):
         assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
     assert cold[3] == warm[3] and cold[3][1].startswith("invalid SMILES")
-    fresh = predict._predict_chunk(other, SMILES, 0, "test.csv", cache=other_digest)
+    fresh = predict._predict_chunk(other, SMILES, 0, "test.csv", digest=other_digest)
     assert len(calls) == 2 and not torch.equal(fresh[0][0], cold[0][0])
     assert len(entries(tmp_path)) == 1  # the featurisation was shared by both models
     alone = predict._predict_chunk(other, SMILES, 0, "test.csv")

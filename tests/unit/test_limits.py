@@ -5,27 +5,26 @@ from __future__ import annotations
 import pytest
 
 from setattn.molprop import limits
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 
 
 @pytest.mark.parametrize("settings", [
     {},
     {"hidden": 16, "heads": 2, "layers": 1, "num_tasks": 3},
-    {"hidden": 12, "heads": 3, "layers": 2, "descriptor_dim": 7, "kernel_size": 5,
-     "norm": "layer"},
+    {"hidden": 12, "heads": 3, "layers": 2, "descriptor_dim": 7, "norm": "layer"},
     {"hidden": 16, "heads": 4, "layers": 3, "global_layers": 2, "max_hops": 5},
 ])
 def test_parameter_count_is_the_models(settings):
-    config = MoleculeModelConfig(**settings, conv="gatv2")  # the larger of the two layers
-    model = MoleculeModel(config)
+    config = NetworkConfig(**settings, conv="gatv2")  # the larger of the two layers
+    model = MoleculeNetwork(config)
     actual = sum(t.numel() for t in [*model.parameters(), *model.buffers()])
     assert limits.parameter_count(
         config.hidden, config.layers, num_tasks=config.num_tasks,
-        descriptor_dim=config.descriptor_dim, kernel_size=config.kernel_size,
+        descriptor_dim=config.descriptor_dim,
         layer_norm=config.norm == "layer", global_layers=config.global_layers,
         heads=config.heads, max_hops=config.max_hops) == actual
     # GAT layers (the default) have fewer parameters than GATv2's: the count is an upper bound
-    gat = MoleculeModel(MoleculeModelConfig(**settings))
+    gat = MoleculeNetwork(NetworkConfig(**settings))
     assert gat.config.conv == "gat"
     assert sum(t.numel() for t in [*gat.parameters(), *gat.buffers()]) <= actual
 
@@ -49,10 +48,10 @@ def test_available_memory_is_known_on_linux():
 
 def test_model_bounds_are_checked_by_validate():
     with pytest.raises(ValueError, match="hidden must be <= 8,192 .*, got 12000"):
-        MoleculeModelConfig(hidden=12000, heads=4).validate()
+        NetworkConfig(hidden=12000, heads=4).validate()
     with pytest.raises(ValueError, match="num_tasks must be <= 100,000 .*, got 200000"):
-        MoleculeModelConfig(num_tasks=200_000).validate()
-    MoleculeModelConfig(hidden=8192, heads=8).validate()  # the bound itself is fine
+        NetworkConfig(num_tasks=200_000).validate()
+    NetworkConfig(hidden=8192, heads=8).validate()  # the bound itself is fine
 
 
 def test_auto_skips_the_kernel_ridge_where_it_cannot_fit_and_on_refuses(monkeypatch):

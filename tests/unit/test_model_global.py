@@ -1,4 +1,4 @@
-"""MoleculeModel with global attention blocks: config round trip, old configs, checks,
+"""MoleculeNetwork with global attention blocks: config round trip, old configs, checks,
 checkpoints and batching."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import torch
 from setattn.molprop import checkpoint
 from setattn.molprop.batching import collate_molecules
 from setattn.molprop.featurize import featurize
-from setattn.molprop.model import MoleculeModel, MoleculeModelConfig
+from setattn.molprop.network import MoleculeNetwork, NetworkConfig
 
 SMILES = ["C", "CCO", "c1ccccc1CCN", "CC(=O)Nc1ccc(O)cc1", "CCCCCCCCCCCC"]
 
 
 def test_config_round_trip_and_old_configs_default_to_off():
-    config = MoleculeModelConfig(hidden=8, heads=2, layers=2, global_layers=2, max_hops=5)
-    assert MoleculeModelConfig.from_dict(config.to_dict()) == config
-    old = MoleculeModelConfig(hidden=8, heads=2).to_dict()
+    config = NetworkConfig(hidden=8, heads=2, layers=2, global_layers=2, max_hops=5)
+    assert NetworkConfig.from_dict(config.to_dict()) == config
+    old = NetworkConfig(hidden=8, heads=2).to_dict()
     del old["global_layers"], old["max_hops"]  # a checkpoint saved before the option
-    legacy = MoleculeModelConfig.from_dict(old)
+    legacy = NetworkConfig.from_dict(old)
     assert legacy.global_layers == 0 and legacy.max_hops == 8
-    assert not any(k.startswith("globals.") for k in MoleculeModel(legacy).state_dict())
+    assert not any(k.startswith("globals.") for k in MoleculeNetwork(legacy).state_dict())
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -32,12 +32,12 @@ def test_config_round_trip_and_old_configs_default_to_off():
 ])
 def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
-        MoleculeModelConfig(**settings).validate()
+        NetworkConfig(**settings).validate()
 
 
 def test_checkpoint_keeps_the_global_blocks_and_molecules_do_not_see_each_other(tmp_path):
     torch.manual_seed(0)
-    model = MoleculeModel(MoleculeModelConfig(hidden=16, heads=4, layers=2, global_layers=1,
+    model = MoleculeNetwork(NetworkConfig(hidden=16, heads=4, layers=2, global_layers=1,
                                               max_hops=3)).eval()
     with torch.no_grad():
         model.globals[0].distance_bias.normal_()
@@ -49,9 +49,9 @@ def test_checkpoint_keeps_the_global_blocks_and_molecules_do_not_see_each_other(
     payload = {"kind": "model", "config": model.config.to_dict(),
                "state_dict": model.state_dict(),
                "meta": {"task": "regression", "target_columns": ["y"]}}
-    loaded, _ = checkpoint.load_model(checkpoint.save_checkpoint(payload, tmp_path / "m.pt"))
+    loaded, _ = checkpoint.load_network(checkpoint.save_checkpoint(payload, tmp_path / "m.pt"))
     assert loaded.config.global_layers == 1
     assert torch.equal(loaded(batch), out)
-    without = MoleculeModel(MoleculeModelConfig(hidden=16, heads=4, layers=2)).eval()
+    without = MoleculeNetwork(NetworkConfig(hidden=16, heads=4, layers=2)).eval()
     without.load_state_dict(model.state_dict(), strict=False)
     assert (without(batch) - out).abs().max() > 1e-4  # the global block changes the output

@@ -13,7 +13,7 @@ from setattn import cli
 from setattn.cli.flags import ExplainFlags, PredictFlags, TrainFlags
 from setattn.molprop.api import MoleculePredictor
 from setattn.molprop.config import RunConfig, TrainConfig
-from setattn.molprop.model import MoleculeModelConfig
+from setattn.molprop.network import NetworkConfig
 from setattn.molprop.options import (
     Range,
     SettingError,
@@ -143,8 +143,8 @@ def test_range_error_accepts_values_inside(value, allowed):
     (lambda: TrainConfig(patience=0).validate(), "patience must be >= 1, got 0"),
     (lambda: RunConfig(data="x.csv", target_columns=["y"], ensemble_size=0).validate(),
      "ensemble_size must be >= 1, got 0"),
-    (lambda: MoleculeModelConfig(dropout=1.0).validate(), "dropout must be >= 0 and < 1, got 1.0"),
-    (lambda: MoleculeModelConfig(num_tasks=0).validate(), "num_tasks must be >= 1, got 0"),
+    (lambda: NetworkConfig(dropout=1.0).validate(), "dropout must be >= 0 and < 1, got 1.0"),
+    (lambda: NetworkConfig(num_tasks=0).validate(), "num_tasks must be >= 1, got 0"),
 ])
 def test_the_library_names_the_keyword(make, message):
     with pytest.raises(SettingError) as info:

@@ -1,4 +1,5 @@
-"""Molecule property predictor: attention over the atom graph, attention pooling, MLP.
+"""The attention network of the molecule model: graph attention over the atoms, attention
+pooling, an MLP head.
 
 The layers::
 
@@ -9,23 +10,14 @@ The layers::
     readout: multi-head global attention pooling (G, D) ++ sum pooling (G, D)
              [++ molecule descriptors (G, F_desc)]
     head: Linear -> ReLU -> Dropout -> Linear -> (G, T)
-    [kernel_size > 0: prediction = b head + (1 - b) kernel, b = 0.5 or, with
-     ``fitted_blend``, one per task fitted on the validation part
-     (``setattn.molprop.blend_fit``); kernel = KernelRidge(descriptors), or with
-     ``fingerprint_kernel`` w KernelRidge(descriptors) + (1 - w)
-     FingerprintRidge(fingerprint), w per task; for classification the weighted mean
-     of the two probabilities, the kernel ridges' scores fitted to the 0/1 labels]
 
-Regression outputs are in standardised target units (the trainer scales them back);
+Regression outputs are in standardised target units (``to_units`` scales them back);
 classification outputs are logits, one per task. The readout's attention weights
-(which atoms the molecule's summary looked at) are what ``setattn explain`` draws;
-they are recorded under the module path ``"pool"`` by ``setattn.capture()``.
+(which atoms the molecule's summary looked at) are what ``setattn explain`` draws; they
+are recorded under the module path ``"pool"`` by ``setattn.capture()``.
 
-The optional kernel ridge (``setattn.molprop.kernel``) is fitted in closed form on the
-training molecules' descriptors before training; ``forward`` is the attention network
-alone (what training optimises), ``predict`` the blend of the two (``blend``).
-How the blend weight, the width and the batch size were chosen, with the commands, is
-in ``docs/guide/defaults.rst``.
+The network is one part of the model a run trains; ``setattn.molprop.ensemble`` holds K
+of them with the kernel part (``setattn.molprop.kernels``) and stacks their predictions.
 """
 
 from __future__ import annotations
@@ -37,10 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
-from setattn.domains.fingerprints import BITS
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
-from setattn.molprop.fingerprint_kernel import FingerprintRidge
-from setattn.molprop.kernel import KernelRidge
 from setattn.molprop.limits import MODEL_BOUNDS
 from setattn.molprop.options import (
     Range,
@@ -53,15 +42,10 @@ from setattn.molprop.options import (
 from setattn.nn import DistanceBiasedBlock, GATConv, GATv2Conv, GlobalAttentionPool, hop_buckets
 from setattn.topology import complete, ptr_from_batch
 
-KERNEL_BLEND = 0.5
-"""Weight of the attention network in the prediction when a kernel ridge is blended in."""
-SCORE_EPS = 1e-4
-"""A classification kernel ridge's scores are clamped to [SCORE_EPS, 1 - SCORE_EPS]."""
-
 
 @dataclass
-class MoleculeModelConfig:
-    """Everything needed to rebuild a ``MoleculeModel`` (stored in checkpoints as JSON).
+class NetworkConfig:
+    """Everything needed to rebuild a ``MoleculeNetwork`` (stored in checkpoints as JSON).
 
     Attributes:
         num_tasks: T, targets predicted per molecule.
@@ -75,14 +59,6 @@ class MoleculeModelConfig:
         descriptor_dim: width of per-molecule descriptors appended to the readout (0: none).
         atom_dim: F_atom, atom feature width.
         bond_dim: F_bond, bond feature width (one more slot marks self loops).
-        kernel_size: M, training molecules of the descriptor kernel ridge blended into
-            the predictions (0: none; needs descriptors).
-        fingerprint_kernel: stack a kernel ridge on Morgan count fingerprints
-            (``setattn.molprop.fingerprint_kernel``) with the descriptor kernel ridge
-            (needs ``kernel_size``); batches then carry ``fingerprint`` (G, BITS).
-        fitted_blend: the network's weight in the blend is one per task (buffer
-            ``blend`` (T,)), set after training by ``blend_fit.fit_network_weights``;
-            else one number, ``KERNEL_BLEND`` (needs ``kernel_size``).
         global_layers: how many of the last graph attention layers are each followed by
             a global attention block over all atoms of the molecule (0: none).
         max_hops: K of the global blocks' distance bias: bond distances of K or more
@@ -106,9 +82,6 @@ class MoleculeModelConfig:
     descriptor_dim: int = bounded(0, Range(0, largest=MODEL_BOUNDS["descriptor_dim"]))
     atom_dim: int = bounded(ATOM_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["atom_dim"]))
     bond_dim: int = bounded(BOND_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["bond_dim"]))
-    kernel_size: int = bounded(0, Range(0, largest=MODEL_BOUNDS["kernel_size"]))
-    fingerprint_kernel: bool = False
-    fitted_blend: bool = False
     global_layers: int = option(0, "follow each of the last N graph attention layers by "
                                 "global attention over all atoms of the molecule, biased "
                                 "by bond distance", type=int)
@@ -121,7 +94,7 @@ class MoleculeModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "model config",
-                  prefix: str = "") -> MoleculeModelConfig:
+                  prefix: str = "") -> NetworkConfig:
         """The config of a JSON dict; unknown keys and wrong types are refused naming
         the key (see ``config_from_dict``), sizes are checked by ``validate``."""
         return config_from_dict(cls, d, source, prefix)
@@ -144,15 +117,6 @@ class MoleculeModelConfig:
         if not 0 <= self.global_layers <= self.layers:
             raise SettingError("global_layers", f"must be between 0 and layers "
                                f"{self.layers}, got {self.global_layers}")
-        if self.kernel_size and not self.descriptor_dim:
-            raise SettingError("kernel_size", "needs descriptors (the kernel ridge regresses "
-                               "on them)")
-        if self.fingerprint_kernel and not self.kernel_size:
-            raise SettingError("fingerprint_kernel", "needs kernel_size (it is stacked with "
-                               "the descriptor kernel ridge)")
-        if self.fitted_blend and not self.kernel_size:
-            raise SettingError("fitted_blend", "needs kernel_size (it weighs the network "
-                               "against the kernel ridge)")
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:
@@ -196,14 +160,14 @@ def _float32(module: nn.Module, h: Tensor, *args: object, **kwargs: object) -> T
         return module(h.float(), *args, **kwargs)
 
 
-class MoleculeModel(nn.Module):
+class MoleculeNetwork(nn.Module):
     """Graph attention encoder + attention readout over atoms, for T targets.
 
     Args:
-        config: the architecture (see ``MoleculeModelConfig``).
+        config: the architecture (see ``NetworkConfig``).
     """
 
-    def __init__(self, config: MoleculeModelConfig):
+    def __init__(self, config: NetworkConfig):
         super().__init__()
         config.validate()
         self.config = c = config
@@ -230,16 +194,6 @@ class MoleculeModel(nn.Module):
         self.register_buffer("target_std", torch.ones(c.num_tasks))  # (T,)
         self.register_buffer("descriptor_mean", torch.zeros(c.descriptor_dim))  # (F_desc,)
         self.register_buffer("descriptor_std", torch.ones(c.descriptor_dim))  # (F_desc,)
-        self.kernel = (KernelRidge(c.kernel_size, c.descriptor_dim, c.num_tasks)
-                       if c.kernel_size else None)
-        self.fingerprint_kernel = None
-        if c.fingerprint_kernel:
-            self.fingerprint_kernel = FingerprintRidge(c.kernel_size, c.num_tasks, BITS)
-            # (T,) weight of the descriptor kernel ridge against the fingerprint one
-            self.register_buffer("kernel_mix", torch.ones(c.num_tasks))
-        # () weight of the network in ``predict``, or (T,) with ``fitted_blend``
-        blend = torch.tensor(KERNEL_BLEND if c.kernel_size else 1.0, device="cpu")
-        self.register_buffer("blend", blend.repeat(c.num_tasks) if c.fitted_blend else blend)
 
     def fit_scaling(self, y: Tensor, descriptors: Tensor | None = None) -> None:
         """Set target (regression) and descriptor scaling from training data.
@@ -269,52 +223,6 @@ class MoleculeModel(nn.Module):
         if self.config.task == "regression":
             return out * self.target_std.to(out.device) + self.target_mean.to(out.device)
         return torch.sigmoid(out)
-
-    def kernel_outputs(self, batch) -> Tensor:
-        """(G, T) the kernel ridge's predictions (needs ``kernel_size``): standardised
-        targets (regression) or scores fitted to the 0/1 labels (classification); with
-        ``fingerprint_kernel``, the descriptor and fingerprint ones stacked by
-        ``kernel_mix``."""
-        out = self.kernel(batch.descriptors)  # (G, T)
-        if not self.uses_fingerprints():
-            return out
-        if "fingerprint" not in batch:
-            raise ValueError("this model stacks a fingerprint kernel ridge: its molecules "
-                             "need Morgan count fingerprints (featurise them with "
-                             "setattn.molprop.featurize, which adds them with descriptors)")
-        fingerprint = self.fingerprint_kernel(batch.fingerprint).to(out)  # (G, T)
-        return self.kernel_mix * out + (1 - self.kernel_mix) * fingerprint  # (G, T)
-
-    def uses_fingerprints(self) -> bool:
-        """Whether predictions read the fingerprint kernel ridge: the model has one and
-        some task gives it weight (a stack that chose the descriptors alone skips it)."""
-        return self.fingerprint_kernel is not None and bool((self.kernel_mix < 1).any())
-
-    def kernel_as_outputs(self, kernel_out: Tensor) -> Tensor:
-        """(G, T) ``kernel_outputs`` in the units of the forward pass: as they are
-        (regression), or the logits of the scores clamped into (0, 1) (classification)."""
-        if self.config.task == "regression":
-            return kernel_out
-        return torch.logit(kernel_out.clamp(SCORE_EPS, 1 - SCORE_EPS))  # (G, T)
-
-    def combine(self, out: Tensor, kernel_out: Tensor | None) -> Tensor:
-        """(G, T) the network's outputs blended with the kernel ridge's (if any): the
-        weighted mean of the two predictions (regression), or of the two probabilities,
-        returned as a logit (classification)."""
-        if kernel_out is None:
-            return out
-        kernel = self.kernel_as_outputs(kernel_out)  # (G, T)
-        if self.config.task == "regression":
-            return self.blend * out + (1 - self.blend) * kernel  # (G, T)
-        p = self.blend * torch.sigmoid(out) + (1 - self.blend) * torch.sigmoid(kernel)
-        return torch.logit(p)  # (G, T); p lies in (0, 1): the kernel's part is clamped
-
-    @torch.no_grad()
-    def predict(self, batch) -> Tensor:
-        """(G, T) predictions in target units (regression) or probabilities (classification),
-        the kernel ridge blended in when there is one."""
-        kernel_out = self.kernel_outputs(batch) if self.kernel is not None else None
-        return self.to_units(self.combine(self(batch), kernel_out))
 
     def forward(self, batch) -> Tensor:
         """Args:
