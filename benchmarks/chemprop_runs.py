@@ -11,7 +11,12 @@ each), its fit time the sum of theirs.
 chemprop seeds member i of an ensemble with ``--pytorch-seed`` + i and trains member 0
 first, from the loaders' first state, so member 0 is the one-model run of the same seeds
 (on FreeSolv's random split of seed 20 their test predictions are identical).
-``member_run`` reads it back as that run.
+``member_predictions`` reads it back as that run.
+
+A finished anchor run is kept as data (``record.store_run``): :func:`anchor_material` is its
+key's material, :func:`anchor_content` what its file holds (the test SMILES, the mean and
+member 0's predictions, the costs), and :func:`stored_result` reads either the ensemble
+or member 0 back from it, so that neither is trained again.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ import numpy as np
 from record import timed
 
 CHEMPROP_VENV = Path(__file__).resolve().parent / ".venv-chemprop"
+CHEMPROP_VERSION, TORCH_VERSION = "2.3.1", "2.13.0"
+VERSION = f"chemprop {CHEMPROP_VERSION}, torch {TORCH_VERSION}"
+"""What ``ensure_chemprop`` installs: part of every anchor run's key."""
 
 ANCHORS: dict[str, tuple[str, ...]] = {
     # chemprop's defaults
@@ -71,7 +79,8 @@ def ensure_chemprop(venv: Path = CHEMPROP_VENV) -> Path:
         print(f"installing chemprop 2.3.1 into {venv} ...", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, "torch==2.13.0", "chemprop==2.3.1"], check=True)
+        subprocess.run([*pip, f"torch=={TORCH_VERSION}", f"chemprop=={CHEMPROP_VERSION}"],
+                       check=True)
     return python
 
 
@@ -127,21 +136,60 @@ def run_chemprop(data: Path, column: str, targets: tuple[str, ...], task: str,
            "epochs": sum(f["epochs"] for f in fits),
            "parameters": fits[0]["parameters"]}
     smiles, preds = read_predictions(run_dir, targets, members)
-    return {"seconds": seconds, **fit}, smiles, preds
+    return {"seconds": seconds, **fit, "fits": fits}, smiles, preds
 
 
+def member_predictions(run_dir: Path, targets: tuple[str, ...], index: int = 0
+                       ) -> tuple[list[str], np.ndarray]:
+    """The SMILES and (M, T) test predictions of member ``index`` of an ensemble run."""
+    return read_predictions(run_dir / f"model_{index}", targets)
 
-def member_run(run_dir: Path, targets: tuple[str, ...]) -> tuple[dict, list[str], np.ndarray]:
-    """Member 0 of a finished chemprop ensemble run in ``run_dir``, as a one-model run: its
-    costs (its own fit line; ``seconds`` None, as the whole command was shared), the SMILES
-    and the (M, T) predictions of ``model_0/test_predictions.csv``.
+
+def anchor_material(data: str, rows: str, targets: tuple[str, ...], task: str, tool: str,
+                    flags: list[str], members: int, seed: int, threads: int) -> dict:
+    """The key material of an anchor run: the digests of the data file and of the split's
+    rows (``record.store_run``), the targets and task, the tool's name, its flags beyond
+    chemprop's defaults (without the ensemble size), chemprop's and torch's versions, the
+    ensemble size, the seed (``--pytorch-seed`` and ``--data-seed``) and the threads."""
+    return {"kind": "anchor", "data": data, "rows": rows, "targets": list(targets),
+            "task": task, "tool": tool, "flags": list(flags), "version": VERSION,
+            "members": members, "seed": seed, "threads": threads}
+
+
+def _listed(preds: np.ndarray) -> list[list[float]]:
+    return [[float(v) for v in row] for row in preds]  # JSON writes each float's repr
+
+
+def anchor_content(result: dict, smiles: list[str], preds: np.ndarray,
+                   member0: np.ndarray | None, describes: dict) -> dict:
+    """What an anchor run's file holds beside its key: ``describes`` (set, split, seed,
+    for people), the costs of ``run_chemprop``, the test SMILES, the (M, T) mean
+    predictions and member 0's (None for a one-model run, whose mean is member 0)."""
+    fits = result.get("fits") or []
+    return {"describes": describes, "seconds": result["seconds"],
+            "fit_seconds": result["fit_seconds"], "epochs": result["epochs"],
+            "parameters": result["parameters"], "members": result["members"],
+            "fits": fits, "smiles": list(smiles), "predictions": _listed(preds),
+            "member0": None if member0 is None else {
+                **(fits[0] if fits else {}), "predictions": _listed(member0)}}
+
+
+def stored_result(run: dict, member0: bool = False) -> tuple[dict, list[str], np.ndarray]:
+    """A stored anchor run read back as ``run_chemprop`` returns it: its costs, the test
+    SMILES and (M, T) predictions; with ``member0``, member 0 of the ensemble as a
+    one-model run (its own fit line; ``seconds`` None, as the command was shared).
 
     Raises:
-        FileNotFoundError: if the run has no timing lines or no member 0.
+        KeyError: if ``member0`` is asked of a run that did not keep member 0.
     """
-    timing = run_dir.parent / f"{run_dir.name}_fit.json"
-    if not timing.is_file():
-        raise FileNotFoundError(f"{timing}: no timing lines of a finished chemprop run")
-    fit = json.loads(timing.read_text().splitlines()[0])  # member 0 fits first
-    smiles, preds = read_predictions(run_dir / "model_0", targets)
-    return {"seconds": None, **fit, "members": 1, "member_of": str(run_dir)}, smiles, preds
+    smiles = run["smiles"]
+    if not member0:
+        costs = {k: run[k] for k in ("seconds", "fit_seconds", "epochs", "parameters",
+                                     "members")}
+        return {**costs, "stored": run["key"]}, smiles, np.array(run["predictions"])
+    if not run.get("member0"):
+        raise KeyError(f"stored anchor run {run['key']} kept no member 0")
+    first = run["member0"]
+    costs = {"seconds": None, "fit_seconds": first["fit_seconds"], "epochs": first["epochs"],
+             "parameters": first["parameters"], "members": 1, "member_of": run["key"]}
+    return costs, smiles, np.array(first["predictions"])

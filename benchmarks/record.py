@@ -15,6 +15,20 @@ one benchmark script::
 strings; ``machine.load`` is the 1-minute load average when the record was made.
 ``markdown(record)`` prints the tables as the script shows them.
 
+Finished runs are kept as data (:func:`store_run`), one small JSON file per run:
+``benchmarks/runs/anchors/<key>.json`` for an anchor (chemprop, chemprop + RDKit 2D: its
+test SMILES and predictions, costs and the key's material; a chemprop run does not change
+when setattn does, so a stored anchor serves every later report and is trained only when
+its key is new), ``benchmarks/runs/<benchmark>/<key>.json`` for a benchmark's other runs
+(setattn's), each written as it finishes, so that a rerun skips it and the tables can be
+made from the stored runs alone. A key (:func:`run_key`) is the first 16 hex digits of the
+sha256 of its material, a JSON object of plain values written with sorted keys: for a run
+on a split, the sha256 of the data file's bytes (:func:`file_digest`) and of the split's
+rows (:func:`rows_digest`: which molecule is in which part, in file order), the tool's
+name, flags and version, the ensemble size, the seed and the threads. Floats are written
+as Python's ``repr``, which reads back to the same float, so metrics computed from a
+stored prediction are those of the run. Files are written atomically and read as JSON.
+
 Time: medians of several passes in one process, in interleaved rounds where sides are
 compared (:func:`interleaved_seconds`). Memory: the peak RSS growth of a pass, reset
 through ``/proc/self/clear_refs`` just before it (:func:`peak_mb_here`), in a fresh
@@ -27,6 +41,7 @@ growth.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -35,7 +50,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -189,6 +204,136 @@ def finish(record: dict, out: Path | None) -> Path:
     path = write_record(record, out)
     print(f"\nrecord: {path}", file=sys.stderr)
     return path
+
+
+# --------------------------------------------------------------------------------------
+# statistics of runs over seeds
+
+
+def mean_std(runs: list[dict], key: str = "metric") -> str:
+    """``mean +- sample std`` of ``run["result"][key]`` over the runs (one run: its value;
+    "-" if any lacks it)."""
+    values = [r["result"][key] for r in runs if r["result"].get(key) is not None]
+    if not runs or len(values) != len(runs):
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def better(a: float, b: float, metric: str) -> bool:
+    return a < b if metric == "rmse" else a > b
+
+
+def paired(ours: list[dict], theirs: list[dict], metric: str) -> list[str]:
+    """One tool's runs (``{"seed", "result": {"metric"}}``) against another's on the seeds
+    both ran: the mean per-seed difference (positive: ours better), the seeds ours won,
+    and the two-sided Wilcoxon signed-rank p (exact; 5 seeds cannot go below 0.0625)."""
+    from scipy.stats import wilcoxon
+
+    a = {r["seed"]: r["result"]["metric"] for r in ours}
+    b = {r["seed"]: r["result"]["metric"] for r in theirs}
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return ["-", "-", "-"]
+    sign = -1.0 if metric == "rmse" else 1.0
+    diffs = [sign * (a[s] - b[s]) for s in seeds]  # > 0: ours better
+    won = sum(d > 0 for d in diffs)
+    p = wilcoxon(diffs).pvalue if len(seeds) > 1 and any(diffs) else float("nan")
+    return [f"{statistics.mean(diffs):+.3f}", f"{won}/{len(seeds)}", f"{p:.3f}"]
+
+
+def ratio_cells(ratios: list[float]) -> list[str]:
+    """The median of per-round ratios, and their range."""
+    return [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"]
+
+
+# --------------------------------------------------------------------------------------
+# finished runs kept as data
+
+STORE = ROOT / "benchmarks" / "runs"
+ANCHORS = "anchors"
+KEY_DIGITS = 16
+
+
+def file_digest(paths: Path | Sequence[Path]) -> str:
+    """sha256 of the bytes of a file, or of several files in the given order (each
+    preceded by its length, so that no two different sequences hash alike)."""
+    digest = hashlib.sha256()
+    for path in [paths] if isinstance(paths, Path) else paths:
+        data = Path(path).read_bytes()
+        digest.update(f"{len(data)}:".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def rows_digest(smiles: Sequence[str], labels: Sequence[str]) -> str:
+    """sha256 of a split's rows: each row's SMILES and part label, in file order."""
+    if len(smiles) != len(labels):
+        raise ValueError(f"{len(smiles)} SMILES but {len(labels)} split labels")
+    return hashlib.sha256(json.dumps(list(zip(smiles, labels))).encode()).hexdigest()
+
+
+def tree_digest(root: Path, skip: Iterable[str] = ()) -> str:
+    """sha256 of the files under ``root`` (paths and bytes, sorted by path), leaving out
+    the top-level entries named in ``skip`` and Python's byte-code caches."""
+    skip = set(skip)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root)
+        if rel.parts[0] in skip or "__pycache__" in rel.parts or path.suffix == ".pyc":
+            continue
+        data = path.read_bytes()
+        digest.update(f"{rel.as_posix()}\0{len(data)}:".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def run_key(material: dict) -> str:
+    """The key of a run: the first ``KEY_DIGITS`` hex digits of the sha256 of its material
+    as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_DIGITS]
+
+
+def run_path(kind: str, key: str, store: Path = STORE) -> Path:
+    """Where run ``key`` of ``kind`` ("anchors" or a benchmark's name) is kept."""
+    return store / kind / f"{key}.json"
+
+
+def load_stored(kind: str, key: str, store: Path = STORE) -> dict | None:
+    """The stored run ``key`` of ``kind``, or None when there is none.
+
+    Raises:
+        ValueError: if the file holds another key (a renamed or damaged file).
+    """
+    path = run_path(kind, key, store)
+    if not path.is_file():
+        return None
+    run = json.loads(path.read_text())
+    if run.get("key") != key or run_key(run.get("material", {})) != key:
+        raise ValueError(f"{path}: its key or material is not {key}")
+    return run
+
+
+def store_run(kind: str, material: dict, content: dict, store: Path = STORE) -> Path:
+    """Write a finished run: ``{"key", "material", **content}`` at its key's path,
+    atomically; returns the path."""
+    key = run_key(material)
+    path = run_path(kind, key, store)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"key": key, "material": material, **content}, indent=1)
+                   + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def missing_error(missing: list[tuple[str, str]]) -> str:
+    """The message of a table that lacks stored runs: each missing key and what it is."""
+    lines = [f"  {key}  {what}" for key, what in missing]
+    return (f"{len(missing)} stored run(s) missing, train them first (the same command "
+            "without --tables-only):\n" + "\n".join(lines))
 
 
 # --------------------------------------------------------------------------------------
