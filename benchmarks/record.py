@@ -11,23 +11,17 @@ one benchmark script::
      "tables": [{"title": "...", "columns": [...], "rows": [[...]], "notes": "..."}],
      "raw": {...}}
 
-``dirty`` says whether ``setattn/`` had uncommitted changes; table cells are display
-strings; ``machine.load`` is the 1-minute load average when the record was made.
-``markdown(record)`` prints the tables as the script shows them.
+``dirty`` says whether ``setattn/`` had uncommitted changes; ``library`` holds the git
+hashes at ``commit`` of the library paths the benchmark exercises (``EXERCISED``), and
+:func:`currency` tells whether they are still those of HEAD ("current") or not
+("earlier"); table cells are display strings; ``machine.load`` is the 1-minute load
+average when the record was made. ``markdown(record)`` prints the tables.
 
-Finished runs are kept as data (:func:`store_run`), one small JSON file per run:
-``benchmarks/runs/anchors/<key>.json`` for an anchor (chemprop, chemprop + RDKit 2D: its
-test SMILES and predictions, costs and the key's material; a chemprop run does not change
-when setattn does, so a stored anchor serves every later report and is trained only when
-its key is new), ``benchmarks/runs/<benchmark>/<key>.json`` for a benchmark's other runs
-(setattn's), each written as it finishes, so that a rerun skips it and the tables can be
-made from the stored runs alone. A key (:func:`run_key`) is the first 16 hex digits of the
-sha256 of its material, a JSON object of plain values written with sorted keys: for a run
-on a split, the sha256 of the data file's bytes (:func:`file_digest`) and of the split's
-rows (:func:`rows_digest`: which molecule is in which part, in file order), the tool's
-name, flags and version, the ensemble size, the seed and the threads. Floats are written
-as Python's ``repr``, which reads back to the same float, so metrics computed from a
-stored prediction are those of the run. Files are written atomically and read as JSON.
+Finished runs are kept as data (:func:`store_run`), a JSON file per run named by the key
+of its material (:func:`run_key`): ``benchmarks/runs/anchors/<key>.json`` for an anchor
+(its test predictions: it does not change when setattn does, so it is trained once) and
+``benchmarks/runs/<benchmark>/<key>.json`` for a benchmark's other runs. Floats are
+written as their ``repr``, which reads back to the same float.
 
 Time: medians of several passes in one process, in interleaved rounds where sides are
 compared (:func:`interleaved_seconds`). Memory: the peak RSS growth of a pass, reset
@@ -125,6 +119,50 @@ def command_line(argv: list[str] | None = None) -> str:
     return " ".join([".venv/bin/python", str(script), *map(shlex.quote, argv[1:])])
 
 
+MOLECULE_CODE = (("setattn", ("cli", "serve")),)
+EXERCISED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "engine": (("setattn/engine", ()), ("setattn/topology.py", ()), ("setattn/scores.py", ())),
+    **{name: MOLECULE_CODE for name in ("molecules", "moleculeace", "blend_stack",
+                                        "attribution")}}
+"""The library paths each benchmark exercises (path, entries of it left out); the others:
+all of ``setattn/``."""
+
+
+def library_trees(benchmark: str, rev: str = "HEAD", root: Path = ROOT) -> dict | None:
+    """The git tree (or blob) hashes at ``rev`` of the paths ``benchmark`` exercises, and
+    their combined sha256: ``{"paths": {path: hash}, "tree": digest}``; None outside git
+    or where ``rev`` is unknown."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                              text=True).stdout
+    paths: dict[str, str] = {}
+    try:
+        for path, skip in EXERCISED.get(benchmark, (("setattn", ()),)):
+            if not skip:
+                paths[path] = git("rev-parse", f"{rev}:{path}").strip()
+                continue
+            for line in git("ls-tree", rev, f"{path}/").splitlines():  # "mode type hash\tpath"
+                meta, name = line.split("\t", 1)
+                if name.rsplit("/", 1)[-1] not in skip:
+                    paths[name] = meta.split()[2]
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    text = "".join(f"{p} {h}\n" for p, h in sorted(paths.items()))
+    return {"paths": paths, "tree": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def currency(record: dict, root: Path = ROOT) -> str:
+    """"current" when the library code the record's benchmark exercises is the same at
+    HEAD as when it ran (its ``library``, else the trees at its ``commit``), "earlier"
+    when it changed since, "unknown" where git cannot tell or the run had uncommitted
+    changes to ``setattn/``."""
+    then = record.get("library") or library_trees(record["benchmark"], record["commit"], root)
+    now = library_trees(record["benchmark"], "HEAD", root)
+    if then is None or now is None or record.get("dirty"):
+        return "unknown"
+    return "current" if then["tree"] == now["tree"] else "earlier"
+
+
 def make_record(benchmark: str, title: str, summary: str, tables: list[dict],
                 threads: int, raw: dict | None = None, command: str | None = None,
                 load: float | None = None) -> dict:
@@ -135,6 +173,7 @@ def make_record(benchmark: str, title: str, summary: str, tables: list[dict],
               "command": command or command_line(), "commit": commit, "dirty": dirty,
               "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(load),
               "threads": threads, "summary": summary, "tables": tables}
+    record["library"] = library_trees(benchmark)
     if raw is not None:
         record["raw"] = raw
     return record
@@ -252,7 +291,6 @@ def ratio_cells(ratios: list[float]) -> list[str]:
 # finished runs kept as data
 
 STORE = ROOT / "benchmarks" / "runs"
-ANCHORS = "anchors"
 KEY_DIGITS = 16
 
 
@@ -296,18 +334,13 @@ def run_key(material: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:KEY_DIGITS]
 
 
-def run_path(kind: str, key: str, store: Path = STORE) -> Path:
-    """Where run ``key`` of ``kind`` ("anchors" or a benchmark's name) is kept."""
-    return store / kind / f"{key}.json"
-
-
 def load_stored(kind: str, key: str, store: Path = STORE) -> dict | None:
-    """The stored run ``key`` of ``kind``, or None when there is none.
+    """The stored run ``key`` of ``kind`` ("anchors" or a benchmark's name), or None.
 
     Raises:
         ValueError: if the file holds another key (a renamed or damaged file).
     """
-    path = run_path(kind, key, store)
+    path = store / kind / f"{key}.json"
     if not path.is_file():
         return None
     run = json.loads(path.read_text())
@@ -320,11 +353,10 @@ def store_run(kind: str, material: dict, content: dict, store: Path = STORE) -> 
     """Write a finished run: ``{"key", "material", **content}`` at its key's path,
     atomically; returns the path."""
     key = run_key(material)
-    path = run_path(kind, key, store)
+    path = store / kind / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "material": material, **content}, indent=1)
-                   + "\n")
+    tmp.write_text(json.dumps({"key": key, "material": material, **content}, indent=1) + "\n")
     os.replace(tmp, path)
     return path
 
@@ -448,30 +480,6 @@ def subprocess_json(script: str, case: str, extra: list[str] | None = None) -> d
     return json.loads(out.strip().splitlines()[-1])
 
 
-def molecule_batch(graphs: int, gen: torch.Generator, sizes: tuple[int, int] = (10, 40),
-                   dim: int = 64, bond_dim: int = 7) -> dict[str, torch.Tensor]:
-    """``graphs`` random molecule-like graphs of ``sizes[0]``..``sizes[1]`` atoms: a chain
-    with a ring closure every 6 atoms (bond i -> i + 5), bonds both ways, about 2.3 n
-    directed bonds of degree 2 to 3, as organic molecules have.
-
-    Returns:
-        x (N, dim), edge_index (2, E), edge_attr (E, bond_dim), batch (N,), ptr (G + 1,).
-    """
-    counts = torch.randint(sizes[0], sizes[1] + 1, (graphs,), generator=gen)  # (G,)
-    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # (G + 1,)
-    src, dst = [], []
-    for g in range(graphs):
-        start, n = int(ptr[g]), int(counts[g])
-        chain = torch.arange(start, start + n - 1)  # (n - 1,)
-        ring = torch.arange(start, start + n - 6, 6)  # ring closures i -> i + 5
-        src += [chain, ring]
-        dst += [chain + 1, ring + 5]
-    src, dst = torch.cat(src), torch.cat(dst)
-    bonds = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])  # (2, E)
-    n = int(ptr[-1])
-    return {"x": torch.randn(n, dim, generator=gen), "edge_index": bonds,
-            "edge_attr": torch.randn(bonds.shape[1], bond_dim, generator=gen),
-            "batch": torch.repeat_interleave(torch.arange(graphs), counts), "ptr": ptr}
 def timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
     """Wall seconds of ``cmd`` run with ``threads`` CPU threads, its output in ``log``.
 
