@@ -46,6 +46,15 @@ ANCHORS: dict[str, tuple[str, ...]] = {
 }
 """The chemprop variants: name -> the flags beyond chemprop's defaults."""
 
+
+def anchor_flags(tool: str, data: Path | None = None, once: bool = False) -> list[str]:
+    """An anchor's flags beyond chemprop's defaults; with ``once``, chemprop + RDKit 2D
+    reads the same features computed once per data file (:func:`rdkit_2d_file` of
+    ``data``; without ``data``, the flags as its key and record name them)."""
+    if not (once and tool == "chemprop_rdkit"):
+        return list(ANCHORS[tool])
+    return ["--descriptors-path", str(rdkit_2d_file(data)) if data else "v1_rdkit_2d_normalized"]
+
 # Runs chemprop's command line, timing Trainer.fit (training epochs with their validation)
 # and counting the epochs it ran and the trainable parameters of the model it fitted;
 # appends {"fit_seconds", "epochs", "parameters"} to $CHEMPROP_FIT_JSON, a line per member.
@@ -70,6 +79,34 @@ pl.Trainer.fit = timed_fit
 sys.argv[0] = "chemprop"
 sys.exit(main())
 """
+
+
+# Writes chemprop's own v1_rdkit_2d_normalized features of every row of a CSV (argv[1],
+# column "smiles"), made from the molecule chemprop makes of it, to the .npz argv[2]
+# that --descriptors-path reads (one row per CSV row, float64 as the featuriser gives).
+RDKIT_2D = """
+import csv, sys
+import numpy as np
+from chemprop.featurizers import MoleculeFeaturizerRegistry
+from chemprop.utils import make_mol
+
+featurize = MoleculeFeaturizerRegistry["v1_rdkit_2d_normalized"]()
+with open(sys.argv[1], newline="") as f:
+    rows = [featurize(make_mol(r["smiles"])) for r in csv.DictReader(f)]
+np.savez(sys.argv[2], np.vstack(rows))
+"""
+
+
+def rdkit_2d_file(data: Path) -> Path:
+    """chemprop's RDKit 2D features of every row of ``data``, computed once into
+    ``<data>.rdkit2d.npz`` (reused while newer than ``data``) for ``--descriptors-path``."""
+    out = data.with_suffix(".rdkit2d.npz")
+    if not out.is_file() or out.stat().st_mtime < data.stat().st_mtime:
+        tmp = out.with_suffix(".tmp.npz")
+        subprocess.run([str(ensure_chemprop()), "-c", RDKIT_2D, str(data), str(tmp)],
+                       check=True)
+        tmp.replace(out)
+    return out
 
 
 def ensure_chemprop(venv: Path = CHEMPROP_VENV) -> Path:
@@ -193,3 +230,24 @@ def stored_result(run: dict, member0: bool = False) -> tuple[dict, list[str], np
     costs = {"seconds": None, "fit_seconds": first["fit_seconds"], "epochs": first["epochs"],
              "parameters": first["parameters"], "members": 1, "member_of": run["key"]}
     return costs, smiles, np.array(first["predictions"])
+
+
+def same_descriptors(data: Path, column: str, targets: tuple[str, ...], task: str,
+                     seed: int, threads: int, out: Path) -> bool:
+    """One model of ``chemprop_rdkit`` on split ``column`` of ``data``, featurising in the
+    run (``--molecule-featurizers``) and reading the features computed once
+    (``--descriptors-path``, :func:`rdkit_2d_file`): whether the test predictions are
+    identical, printed with the largest difference (predictions only, no metric)."""
+    preds = []
+    for name, flags in (("featurizers", list(ANCHORS["chemprop_rdkit"])),
+                        ("descriptors", ["--descriptors-path", str(rdkit_2d_file(data))])):
+        run_dir = out / "check_descriptors" / f"{data.stem}_{column}" / name
+        preds.append(run_chemprop(data, column, targets, task, run_dir, seed, threads,
+                                  flags)[1:])
+    (smiles_a, a), (smiles_b, b) = preds
+    same = smiles_a == smiles_b and bool((a == b).all())
+    gap = float(abs(a - b).max()) if smiles_a == smiles_b else None
+    verdict = "gives identical" if same else "does NOT give the same"
+    print(f"{data} {column}: --descriptors-path {verdict} test predictions as "
+          f"--molecule-featurizers (largest difference {gap})", file=sys.stderr)
+    return same

@@ -14,8 +14,7 @@ part out and holds the validation rows twice, once labelled ``val`` and once ``t
 each tool's "test" predictions are then its predictions on the validation molecules.
 
 Each chemprop anchor (``chemprop_runs``) is an ensemble of ``RunSettings.anchor_ensemble``
-models. A one-model anchor is not trained again where the ensemble of
-``RunSettings.members_of`` models is stored: it is member 0 of that run.
+models; a one-model anchor is member 0 of a stored ensemble of ``members_of`` models.
 
 Every run is kept as data when it finishes (``record.store_run``): an anchor in
 ``benchmarks/runs/anchors/<key>.json`` (its test predictions), setattn's in
@@ -41,6 +40,7 @@ import torch
 from chemprop_runs import (
     ANCHORS,
     anchor_content,
+    anchor_flags,
     anchor_material,
     member_predictions,
     run_chemprop,
@@ -210,6 +210,7 @@ class RunSettings:
     benchmark: str = "molecules"  # the store's folder of the benchmark's own runs
     library: str | None = None  # setattn's version in its runs' keys (default: setattn/ now)
     round: int | None = None  # a cost round's index: runs timed anew, stored apart
+    rdkit_once: tuple[str, ...] = ()  # sets whose chemprop_rdkit reads features made once
 
 
 @dataclass
@@ -326,13 +327,13 @@ def _run_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> di
     return {**result, "metric": _metric(job, smiles, preds, tool)}
 
 
-def tool_flags(tool: str, settings: RunSettings) -> str:
-    """The flags a tool runs with beyond its defaults, as saved with its record."""
+def tool_flags(tool: str, settings: RunSettings, dataset: str = "") -> str:
+    """The flags a tool runs with beyond its defaults (on ``dataset``), as its record says."""
     if tool == "setattn":
         return " ".join(settings.setattn_flags)
-    ensemble = ["--ensemble-size", str(settings.anchor_ensemble)] \
-        if settings.anchor_ensemble > 1 else []
-    return " ".join([*ANCHORS[tool], *settings.chemprop_flags, *ensemble])
+    ensemble = ["--ensemble-size", str(settings.anchor_ensemble)] * (settings.anchor_ensemble > 1)
+    once = dataset in settings.rdkit_once
+    return " ".join([*anchor_flags(tool, once=once), *settings.chemprop_flags, *ensemble])
 
 
 def run_name(tool: str, settings: RunSettings) -> str:
@@ -389,10 +390,10 @@ def run_material(job: Job, tool: str, settings: RunSettings, members: int | None
                     "threads": settings.threads}
         kind = settings.benchmark
     else:
+        flags = anchor_flags(tool, once=job.dataset in settings.rdkit_once)
         material = anchor_material(data, rows, spec.targets, spec.task, tool,
-                                   [*ANCHORS[tool], *settings.chemprop_flags],
-                                   members or settings.anchor_ensemble, job.seed,
-                                   settings.threads)
+                                   [*flags, *settings.chemprop_flags],
+                                   members or settings.anchor_ensemble, job.seed, settings.threads)
         kind = "anchors"
     if settings.round is not None:  # a timed run of its own, never a stored accuracy run
         return f"{settings.benchmark}_rounds", {**material, "round": settings.round}
@@ -434,10 +435,9 @@ def _record(job: Job, tool: str, settings: RunSettings, result: dict) -> dict:
     seen = job.counts()["train"] * result["epochs"]  # molecules x epochs, all members
     result["mol_per_s"], result["mol_per_s_all"] = (  # training; the whole run (featurising)
         seen / result["fit_seconds"], seen / result["seconds"] if result["seconds"] else None)
-    return {"dataset": job.dataset, "split": job.kind, "seed": job.seed,
-            "report": settings.report, "tool": tool, "flags": tool_flags(tool, settings),
-            "metric_name": SETS[job.dataset].metric, "train": job.counts()["train"],
-            "result": result}
+    return {"dataset": job.dataset, "split": job.kind, "seed": job.seed, "report": settings.report,
+            "tool": tool, "flags": tool_flags(tool, settings, job.dataset), "result": result,
+            "metric_name": SETS[job.dataset].metric, "train": job.counts()["train"]}
 
 
 def stored_record(job: Job, tool: str, settings: RunSettings) -> dict | None:
@@ -457,7 +457,8 @@ def _train_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> 
     members = settings.anchor_ensemble
     result, smiles, preds = run_chemprop(
         job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
-        [*ANCHORS[tool], *settings.chemprop_flags], members)
+        [*anchor_flags(tool, job.data, job.dataset in settings.rdkit_once),
+         *settings.chemprop_flags], members)
     if smiles != job.scored()[0]:
         raise RuntimeError(f"{tool}'s test rows differ from column {job.column!r} of "
                            f"{job.data}")

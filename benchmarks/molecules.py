@@ -17,7 +17,8 @@ read once: no default is chosen on them (choices use ``--report val`` on develop
 seeds, 0-34). Both tools' test metrics are computed by ``setattn.molprop.metrics``.
 
 Tools: setattn with its defaults; ``chemprop`` (its defaults) and ``chemprop_rdkit``
-(plus chemprop 1's normalised RDKit 2D descriptors); ``--setattn-flags`` /
+(plus chemprop 1's normalised RDKit 2D descriptors, for Report B's sets made once per set
+and read with ``--descriptors-path``: ``--check-descriptors``); ``--setattn-flags`` /
 ``--chemprop-flags`` add flags. Each anchor trains as many models as setattn
 (``--ensemble-size`` of ``--setattn-flags``, else setattn's default 3;
 ``--anchor-ensemble-size`` sets another), averages their test predictions and sums their
@@ -48,6 +49,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chemprop_runs import same_descriptors  # noqa: E402
 from molecule_jobs import (  # noqa: E402
     SETS,
     SPLIT_KINDS,
@@ -130,6 +132,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="models per chemprop run (default: setattn's ensemble size, the "
                    "one in --setattn-flags or its default); a one-model anchor is member 0 "
                    "of the stored ensemble of setattn's default size where there is one")
+    p.add_argument("--check-descriptors", action="store_true",
+                   help="train nothing else: on the first split, whether chemprop + RDKit 2D "
+                   "predicts the same with the features computed once (--descriptors-path)")
     p.add_argument("--tables-only", "--print-only", action="store_true", dest="tables_only",
                    help="train nothing: the tables and record of the stored runs (an "
                    "error naming the keys of any that are missing)")
@@ -155,7 +160,7 @@ def settings_of(args: argparse.Namespace) -> RunSettings:
     return RunSettings(args.out, args.report, args.threads, tuple(setattn_flags),
                        tuple(shlex.split(args.chemprop_flags)), anchors,
                        members_of=setattn_ensemble([]), store=args.store,
-                       library=args.setattn_library)
+                       library=args.setattn_library, rdkit_once=REPORT_PARTS["B"][0])
 
 
 def tools_of(args: argparse.Namespace) -> list[str]:
@@ -465,6 +470,11 @@ def record_path(args: argparse.Namespace) -> Path | None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = settings_of(args)
+    if args.check_descriptors:  # the first split: predictions compared, no metric
+        job = next(splits_of(args, settings))
+        spec = SETS[job.dataset]
+        sys.exit(0 if same_descriptors(job.data, job.column, spec.targets, spec.task,
+                                       job.seed, args.threads, args.out) else 1)
     if not args.tables_only:
         print(f"load average {load_average()}", file=sys.stderr)
         run_all(args, settings)

@@ -231,3 +231,54 @@ def test_report_parts_name_their_sets_and_seeds(bench, tmp_path):
     assert molecules.record_path(part) == tmp_path / "molecules.json"
     with pytest.raises(SystemExit):
         molecules.parse_args(["--anchors-only", "--tables-only"])
+
+
+def test_the_descriptor_check_compares_the_two_runs_predictions(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import chemprop_runs as cp
+
+    compile(cp.RDKIT_2D, "rdkit_2d", "exec")  # a syntax error fails here
+    seen = []
+    outputs = {"featurizers": [[1.0], [2.0]], "descriptors": [[1.0], [2.0]]}
+
+    def fake(data, column, targets, task, run_dir, seed, threads, flags, members=1):
+        seen.append(flags)
+        return {}, ["C", "N"], np.array(outputs[run_dir.name])
+
+    monkeypatch.setattr(cp, "run_chemprop", fake)
+    monkeypatch.setattr(cp, "rdkit_2d_file", lambda data: tmp_path / "d.rdkit2d.npz")
+    assert cp.same_descriptors(tmp_path / "d.csv", "random20", ("y",), "regression", 20, 1,
+                               tmp_path)
+    assert seen == [["--molecule-featurizers", "v1_rdkit_2d_normalized"],
+                    ["--descriptors-path", str(tmp_path / "d.rdkit2d.npz")]]
+    outputs["descriptors"] = [[1.0], [2.0 + 1e-12]]
+    assert not cp.same_descriptors(tmp_path / "d.csv", "random20", ("y",), "regression", 20,
+                                   1, tmp_path)
+    assert "does NOT give the same" in capsys.readouterr().err
+
+
+def test_report_b_reads_rdkit_features_made_once_under_its_own_key(bench, tmp_path,
+                                                                    monkeypatch):
+    jobs, molecules, stored = bench
+    import chemprop_runs as cp
+
+    calls = []
+    monkeypatch.setattr(jobs, "run_chemprop", _fake_chemprop(calls))
+    monkeypatch.setattr(cp, "rdkit_2d_file", lambda data: tmp_path / "d.rdkit2d.npz")
+    plain = jobs.RunSettings(tmp_path / "out", "test", 1, anchor_ensemble=3,
+                             store=tmp_path / "store")
+    once = jobs.RunSettings(tmp_path / "out", "test", 1, anchor_ensemble=3,
+                            store=tmp_path / "store", rdkit_once=("esol",))
+    job = _split_job(jobs, plain, tmp_path)
+    keys = [jobs.run_job(job, "chemprop_rdkit", s)["key"] for s in (plain, once)]
+    assert keys[0] != keys[1]
+    assert calls == [["--molecule-featurizers", "v1_rdkit_2d_normalized"],
+                     ["--descriptors-path", str(tmp_path / "d.rdkit2d.npz")]]
+    run = stored.load_stored("anchors", keys[1], once.store)
+    assert run["material"]["flags"] == ["--descriptors-path", "v1_rdkit_2d_normalized"]
+    assert jobs.stored_record(job, "chemprop_rdkit", once)["flags"].startswith(
+        "--descriptors-path v1_rdkit_2d_normalized")
+    assert jobs.run_job(job, "chemprop", once) is not None and len(calls) == 3
+    assert calls[-1] == []  # chemprop's defaults are the same everywhere
+    assert molecules.settings_of(molecules.parse_args([])).rdkit_once == (
+        "tox21", "bace1", "bace1_active")
