@@ -11,7 +11,12 @@ each), its fit time the sum of theirs.
 chemprop seeds member i of an ensemble with ``--pytorch-seed`` + i and trains member 0
 first, from the loaders' first state, so member 0 is the one-model run of the same seeds
 (on FreeSolv's random split of seed 20 their test predictions are identical).
-``member_run`` reads it back as that run.
+``member_predictions`` reads it back as that run.
+
+A finished anchor run is kept as data (``record.store_run``): :func:`anchor_material` is its
+key's material, :func:`anchor_content` what its file holds (the test SMILES, the mean and
+member 0's predictions, the costs), and :func:`stored_result` reads either the ensemble
+or member 0 back from it, so that neither is trained again.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ import numpy as np
 from record import timed
 
 CHEMPROP_VENV = Path(__file__).resolve().parent / ".venv-chemprop"
+CHEMPROP_VERSION, TORCH_VERSION = "2.3.1", "2.13.0"
+VERSION = f"chemprop {CHEMPROP_VERSION}, torch {TORCH_VERSION}"
+"""What ``ensure_chemprop`` installs: part of every anchor run's key."""
 
 ANCHORS: dict[str, tuple[str, ...]] = {
     # chemprop's defaults
@@ -37,6 +45,15 @@ ANCHORS: dict[str, tuple[str, ...]] = {
                      "--batch-size", "96"),
 }
 """The chemprop variants: name -> the flags beyond chemprop's defaults."""
+
+
+def anchor_flags(tool: str, data: Path | None = None, once: bool = False) -> list[str]:
+    """An anchor's flags beyond chemprop's defaults; with ``once``, chemprop + RDKit 2D
+    reads the same features computed once per data file (:func:`rdkit_2d_file` of
+    ``data``; without ``data``, the flags as its key and record name them)."""
+    if not (once and tool == "chemprop_rdkit"):
+        return list(ANCHORS[tool])
+    return ["--descriptors-path", str(rdkit_2d_file(data)) if data else "v1_rdkit_2d_normalized"]
 
 # Runs chemprop's command line, timing Trainer.fit (training epochs with their validation)
 # and counting the epochs it ran and the trainable parameters of the model it fitted;
@@ -64,6 +81,34 @@ sys.exit(main())
 """
 
 
+# Writes chemprop's own v1_rdkit_2d_normalized features of every row of a CSV (argv[1],
+# column "smiles"), made from the molecule chemprop makes of it, to the .npz argv[2]
+# that --descriptors-path reads (one row per CSV row, float64 as the featuriser gives).
+RDKIT_2D = """
+import csv, sys
+import numpy as np
+from chemprop.featurizers import MoleculeFeaturizerRegistry
+from chemprop.utils import make_mol
+
+featurize = MoleculeFeaturizerRegistry["v1_rdkit_2d_normalized"]()
+with open(sys.argv[1], newline="") as f:
+    rows = [featurize(make_mol(r["smiles"])) for r in csv.DictReader(f)]
+np.savez(sys.argv[2], np.vstack(rows))
+"""
+
+
+def rdkit_2d_file(data: Path) -> Path:
+    """chemprop's RDKit 2D features of every row of ``data``, computed once into
+    ``<data>.rdkit2d.npz`` (reused while newer than ``data``) for ``--descriptors-path``."""
+    out = data.with_suffix(".rdkit2d.npz")
+    if not out.is_file() or out.stat().st_mtime < data.stat().st_mtime:
+        tmp = out.with_suffix(".tmp.npz")
+        subprocess.run([str(ensure_chemprop()), "-c", RDKIT_2D, str(data), str(tmp)],
+                       check=True)
+        tmp.replace(out)
+    return out
+
+
 def ensure_chemprop(venv: Path = CHEMPROP_VENV) -> Path:
     """The Python of chemprop's virtual environment, installing chemprop there if needed."""
     python = venv / "bin" / "python"
@@ -71,7 +116,8 @@ def ensure_chemprop(venv: Path = CHEMPROP_VENV) -> Path:
         print(f"installing chemprop 2.3.1 into {venv} ...", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, "torch==2.13.0", "chemprop==2.3.1"], check=True)
+        subprocess.run([*pip, f"torch=={TORCH_VERSION}", f"chemprop=={CHEMPROP_VERSION}"],
+                       check=True)
     return python
 
 
@@ -127,21 +173,81 @@ def run_chemprop(data: Path, column: str, targets: tuple[str, ...], task: str,
            "epochs": sum(f["epochs"] for f in fits),
            "parameters": fits[0]["parameters"]}
     smiles, preds = read_predictions(run_dir, targets, members)
-    return {"seconds": seconds, **fit}, smiles, preds
+    return {"seconds": seconds, **fit, "fits": fits}, smiles, preds
 
 
+def member_predictions(run_dir: Path, targets: tuple[str, ...], index: int = 0
+                       ) -> tuple[list[str], np.ndarray]:
+    """The SMILES and (M, T) test predictions of member ``index`` of an ensemble run."""
+    return read_predictions(run_dir / f"model_{index}", targets)
 
-def member_run(run_dir: Path, targets: tuple[str, ...]) -> tuple[dict, list[str], np.ndarray]:
-    """Member 0 of a finished chemprop ensemble run in ``run_dir``, as a one-model run: its
-    costs (its own fit line; ``seconds`` None, as the whole command was shared), the SMILES
-    and the (M, T) predictions of ``model_0/test_predictions.csv``.
+
+def anchor_material(data: str, rows: str, targets: tuple[str, ...], task: str, tool: str,
+                    flags: list[str], members: int, seed: int, threads: int) -> dict:
+    """The key material of an anchor run: the digests of the data file and of the split's
+    rows (``record.store_run``), the targets and task, the tool's name, its flags beyond
+    chemprop's defaults (without the ensemble size), chemprop's and torch's versions, the
+    ensemble size, the seed (``--pytorch-seed`` and ``--data-seed``) and the threads."""
+    return {"kind": "anchor", "data": data, "rows": rows, "targets": list(targets),
+            "task": task, "tool": tool, "flags": list(flags), "version": VERSION,
+            "members": members, "seed": seed, "threads": threads}
+
+
+def _listed(preds: np.ndarray) -> list[list[float]]:
+    return [[float(v) for v in row] for row in preds]  # JSON writes each float's repr
+
+
+def anchor_content(result: dict, smiles: list[str], preds: np.ndarray,
+                   member0: np.ndarray | None, describes: dict) -> dict:
+    """What an anchor run's file holds beside its key: ``describes`` (set, split, seed,
+    for people), the costs of ``run_chemprop``, the test SMILES, the (M, T) mean
+    predictions and member 0's (None for a one-model run, whose mean is member 0)."""
+    fits = result.get("fits") or []
+    return {"describes": describes, "seconds": result["seconds"],
+            "fit_seconds": result["fit_seconds"], "epochs": result["epochs"],
+            "parameters": result["parameters"], "members": result["members"],
+            "fits": fits, "smiles": list(smiles), "predictions": _listed(preds),
+            "member0": None if member0 is None else {
+                **(fits[0] if fits else {}), "predictions": _listed(member0)}}
+
+
+def stored_result(run: dict, member0: bool = False) -> tuple[dict, list[str], np.ndarray]:
+    """A stored anchor run read back as ``run_chemprop`` returns it: its costs, the test
+    SMILES and (M, T) predictions; with ``member0``, member 0 of the ensemble as a
+    one-model run (its own fit line; ``seconds`` None, as the command was shared).
 
     Raises:
-        FileNotFoundError: if the run has no timing lines or no member 0.
+        KeyError: if ``member0`` is asked of a run that did not keep member 0.
     """
-    timing = run_dir.parent / f"{run_dir.name}_fit.json"
-    if not timing.is_file():
-        raise FileNotFoundError(f"{timing}: no timing lines of a finished chemprop run")
-    fit = json.loads(timing.read_text().splitlines()[0])  # member 0 fits first
-    smiles, preds = read_predictions(run_dir / "model_0", targets)
-    return {"seconds": None, **fit, "members": 1, "member_of": str(run_dir)}, smiles, preds
+    smiles = run["smiles"]
+    if not member0:
+        costs = {k: run[k] for k in ("seconds", "fit_seconds", "epochs", "parameters",
+                                     "members")}
+        return {**costs, "stored": run["key"]}, smiles, np.array(run["predictions"])
+    if not run.get("member0"):
+        raise KeyError(f"stored anchor run {run['key']} kept no member 0")
+    first = run["member0"]
+    costs = {"seconds": None, "fit_seconds": first["fit_seconds"], "epochs": first["epochs"],
+             "parameters": first["parameters"], "members": 1, "member_of": run["key"]}
+    return costs, smiles, np.array(first["predictions"])
+
+
+def same_descriptors(data: Path, column: str, targets: tuple[str, ...], task: str,
+                     seed: int, threads: int, out: Path) -> bool:
+    """One model of ``chemprop_rdkit`` on split ``column`` of ``data``, featurising in the
+    run (``--molecule-featurizers``) and reading the features computed once
+    (``--descriptors-path``, :func:`rdkit_2d_file`): whether the test predictions are
+    identical, printed with the largest difference (predictions only, no metric)."""
+    preds = []
+    for name, flags in (("featurizers", list(ANCHORS["chemprop_rdkit"])),
+                        ("descriptors", ["--descriptors-path", str(rdkit_2d_file(data))])):
+        run_dir = out / "check_descriptors" / f"{data.stem}_{column}" / name
+        preds.append(run_chemprop(data, column, targets, task, run_dir, seed, threads,
+                                  flags)[1:])
+    (smiles_a, a), (smiles_b, b) = preds
+    same = smiles_a == smiles_b and bool((a == b).all())
+    gap = float(abs(a - b).max()) if smiles_a == smiles_b else None
+    verdict = "gives identical" if same else "does NOT give the same"
+    print(f"{data} {column}: --descriptors-path {verdict} test predictions as "
+          f"--molecule-featurizers (largest difference {gap})", file=sys.stderr)
+    return same

@@ -54,12 +54,12 @@ import torch  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_cases import molecule_batch  # noqa: E402
 from record import (  # noqa: E402
     finish,
     interleaved_seconds,
     load_average,
     make_record,
-    molecule_batch,
     table,
 )
 

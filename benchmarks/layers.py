@@ -6,7 +6,7 @@ Two sizes:
   self loops added by both layers), 32 input features, ``GATConv`` 4 heads x 16, concat;
   the same edge_index every pass (full-graph training);
 * small: the sizes of molecule training: batches of 64 molecule-like graphs of
-  20-60 atoms (``record.molecule_batch``: about 2,500 atoms and 5,700 directed bonds), 64
+  20-60 atoms (``engine_cases.molecule_batch``: about 2,500 atoms and 5,700 directed bonds), 64
   input features, 4 heads x 16, a new batch (of 16 different ones) every pass, for
   ``GATConv``, ``GATv2Conv`` and ``GATv2Conv(edge_dim=7)`` with bond features, self
   loops added by the layers (PyG's defaults). Per-call overhead dominates here.
@@ -49,12 +49,12 @@ import torch
 import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_cases import molecule_batch  # noqa: E402
 from record import (  # noqa: E402
     finish,
     interleaved_seconds,
     load_average,
     make_record,
-    molecule_batch,
     peak_mb_here,
     table,
 )

@@ -1,4 +1,4 @@
-"""The molecule benchmark's runs: data sets, split files, the chemprop anchors, resumable runs.
+"""The molecule benchmark's runs: data sets, split files, the chemprop anchors, stored runs.
 
 Sets are read from ``datasets/`` (provenance in ``datasets/README.md``); rows whose SMILES
 RDKit cannot parse are dropped (chemprop stops at the first such row; Tox21 has 8).
@@ -14,34 +14,53 @@ part out and holds the validation rows twice, once labelled ``val`` and once ``t
 each tool's "test" predictions are then its predictions on the validation molecules.
 
 Each chemprop anchor (``chemprop_runs``) is an ensemble of ``RunSettings.anchor_ensemble``
-models. With ``RunSettings.members_from`` set, a one-model anchor is not trained again: it
-is member 0 of the finished ensemble run of the same split saved there.
+models; a one-model anchor is member 0 of a stored ensemble of ``members_of`` models.
 
-Every finished run is a record in ``<out>/results.json``, keyed by (set, split kind, seed,
-reported part, tool, extra flags); a later call with the same settings skips it, so an
-interrupted benchmark resumes (its half-written run directory is removed and redone).
+Every run is kept as data when it finishes (``record.store_run``): an anchor in
+``benchmarks/runs/anchors/<key>.json`` (its test predictions), setattn's in
+``runs/molecules/`` (its record), a cost round's in ``runs/molecules_rounds/``, keyed by
+the data file, the split's rows, the tool, its flags and version, the ensemble size, the
+seed and the threads (:func:`run_material`). A later call skips stored runs (an
+interrupted one is redone) and the tables come from them alone (:func:`stored_record`).
 """
 
 from __future__ import annotations
 
 import csv
-import fcntl
+import functools
 import hashlib
 import json
-import os
 import shutil
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from chemprop_runs import ANCHORS, member_run, run_chemprop
+from chemprop_runs import (
+    ANCHORS,
+    anchor_content,
+    anchor_flags,
+    anchor_material,
+    member_predictions,
+    run_chemprop,
+    stored_result,
+)
 from rdkit import Chem, rdBase
-from record import timed
+from record import (
+    STORE,
+    file_digest,
+    load_stored,
+    rows_digest,
+    run_key,
+        store_run,
+    timed,
+    tree_digest,
+)
 
 from setattn.molprop import splits
 from setattn.molprop.checkpoint import load_run
+from setattn.molprop.config import RunConfig
 from setattn.molprop.metrics import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +205,12 @@ class RunSettings:
     setattn_flags: tuple[str, ...] = ()
     chemprop_flags: tuple[str, ...] = ()
     anchor_ensemble: int = 1  # models per chemprop anchor run
-    members_from: Path | None = None  # one-model anchors: member 0 of the runs saved here
+    members_of: int = 1  # a one-model anchor may be member 0 of a stored ensemble this big
+    store: Path = STORE  # where finished runs are kept (record.store_run)
+    benchmark: str = "molecules"  # the store's folder of the benchmark's own runs
+    library: str | None = None  # setattn's version in its runs' keys (default: setattn/ now)
+    round: int | None = None  # a cost round's index: runs timed anew, stored apart
+    rdkit_once: tuple[str, ...] = ()  # sets whose chemprop_rdkit reads features made once
 
 
 @dataclass
@@ -228,37 +252,6 @@ def split_data(dataset: str, table: MoleculeTable, kind: str, seed: int, setting
     path = settings.out / dataset / f"val_{column}.csv"
     write_csv(path, sub, targets, {column: labels})
     return Job(dataset, kind, seed, path, column, labels, sub)
-
-
-def _key(dataset: str, kind: str, seed: int, report: str, tool: str, flags: str) -> tuple:
-    return (dataset, kind, seed, report, tool, flags)
-
-
-def record_key(record: dict) -> tuple:
-    """The identity of a saved run."""
-    return _key(record["dataset"], record["split"], record["seed"], record["report"],
-                record["tool"], record["flags"])
-
-
-def load_results(out: Path) -> list[dict]:
-    """The saved runs of ``out`` (none if it holds no ``results.json``)."""
-    path = out / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else []
-
-
-def _write_results(out: Path, records: list[dict]) -> None:
-    tmp = out / f"results.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(records, indent=1))
-    os.replace(tmp, out / "results.json")
-
-
-def save_result(out: Path, record: dict) -> None:
-    """Add or replace a run's record in ``out/results.json``, atomically and locked."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "results.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        records = [r for r in load_results(out) if record_key(r) != record_key(record)]
-        _write_results(out, [*records, record])
 
 
 def _metric(job: Job, smiles: list[str], preds: np.ndarray, tool: str) -> float:
@@ -323,41 +316,23 @@ def _run_setattn(job: Job, run_dir: Path, settings: RunSettings) -> dict:
     return {"seconds": seconds, **setattn_result(metrics, run_dir, spec.metric)}
 
 
-def _ensemble_run(job: Job, tool: str, settings: RunSettings) -> Path:
-    """The folder of the finished ensemble run of ``tool`` on ``job`` saved in
-    ``settings.members_from`` (FileNotFoundError if none is saved)."""
-    source = settings.members_from
-    wanted = (job.dataset, job.kind, job.seed, settings.report, tool)
-
-    def is_ensemble(r: dict) -> bool:  # the same flags, at the record's own ensemble size
-        members = r["result"].get("members", 1)
-        return members > 1 and r["flags"] == tool_flags(
-            tool, replace(settings, anchor_ensemble=members))
-
-    if not any(record_key(r)[:5] == wanted and is_ensemble(r) for r in load_results(source)):
-        raise FileNotFoundError(f"{source}: no finished {tool} ensemble of {job.dataset} "
-                                f"{job.column} ({settings.report} part) to read member 0 of")
-    return source / job.dataset / f"{job.column}_{settings.report}" / run_name(tool, settings)
-
-
 def _run_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> dict:
+    """A cost round's anchor run: trained, its record's result (metric included)."""
     spec = SETS[job.dataset]
-    if settings.anchor_ensemble == 1 and settings.members_from is not None:
-        result, smiles, preds = member_run(_ensemble_run(job, tool, settings), spec.targets)
-    else:
-        result, smiles, preds = run_chemprop(
-            job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
-            [*ANCHORS[tool], *settings.chemprop_flags], settings.anchor_ensemble)
+    result, smiles, preds = run_chemprop(
+        job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
+        [*ANCHORS[tool], *settings.chemprop_flags], settings.anchor_ensemble)
+    result.pop("fits", None)
     return {**result, "metric": _metric(job, smiles, preds, tool)}
 
 
-def tool_flags(tool: str, settings: RunSettings) -> str:
-    """The flags a tool runs with beyond its defaults, as saved with its record."""
+def tool_flags(tool: str, settings: RunSettings, dataset: str = "") -> str:
+    """The flags a tool runs with beyond its defaults (on ``dataset``), as its record says."""
     if tool == "setattn":
         return " ".join(settings.setattn_flags)
-    ensemble = ["--ensemble-size", str(settings.anchor_ensemble)] \
-        if settings.anchor_ensemble > 1 else []
-    return " ".join([*ANCHORS[tool], *settings.chemprop_flags, *ensemble])
+    ensemble = ["--ensemble-size", str(settings.anchor_ensemble)] * (settings.anchor_ensemble > 1)
+    once = dataset in settings.rdkit_once
+    return " ".join([*anchor_flags(tool, once=once), *settings.chemprop_flags, *ensemble])
 
 
 def run_name(tool: str, settings: RunSettings) -> str:
@@ -370,25 +345,155 @@ def run_name(tool: str, settings: RunSettings) -> str:
     return f"{tool}-{hashlib.sha1(' '.join(extra).encode()).hexdigest()[:8]}"
 
 
-def run_job(job: Job, tool: str, settings: RunSettings, done: set[tuple]) -> dict | None:
-    """Run ``tool`` ("setattn" or a chemprop anchor) on ``job`` unless ``done`` holds it;
-    save and return its record (None when skipped)."""
-    flags = tool_flags(tool, settings)
-    key = _key(job.dataset, job.kind, job.seed, settings.report, tool, flags)
-    if key in done:
+def setattn_ensemble(flags: list[str] | tuple[str, ...]) -> int:
+    """The ensemble size setattn trains with these extra flags."""
+    flags = list(flags)
+    sizes = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--ensemble-size"]
+    sizes += [f.split("=", 1)[1] for f in flags if f.startswith("--ensemble-size=")]
+    return int(sizes[-1]) if sizes else RunConfig().ensemble_size
+
+
+def source_files(name: str, root: Path = ROOT / "datasets") -> list[Path]:
+    """The file(s) set ``name`` is read from (Huuskonen: its two SD files)."""
+    spec = SETS[name]
+    if not spec.file:
+        return [root / "molecules" / f"solubility.{part}.sdf" for part in ("train", "test")]
+    return [root / spec.file]
+
+
+@functools.cache
+def _set_digest(name: str) -> str:
+    return file_digest(source_files(name))
+
+
+@functools.cache
+def library_digest() -> str:
+    """The setattn version in its runs' keys (unless ``RunSettings.library`` gives one):
+    the digest of every file of ``setattn/`` as it is on disk now (what the run imports)."""
+    return tree_digest(ROOT / "setattn")
+
+
+def run_material(job: Job, tool: str, settings: RunSettings, members: int | None = None
+                 ) -> tuple[str, dict]:
+    """Where a run of ``tool`` on ``job`` is stored ("anchors", the benchmark's name, or
+    ``<benchmark>_rounds`` for a cost round) and its key material; an anchor at
+    ``members`` models (default ``settings.anchor_ensemble``)."""
+    spec = SETS[job.dataset]
+    data, rows = _set_digest(job.dataset), rows_digest(job.table.smiles, job.labels)
+    if tool == "setattn":
+        material = {"kind": "setattn", "data": data, "rows": rows,
+                    "targets": list(spec.targets), "task": spec.task, "tool": tool,
+                    "flags": list(settings.setattn_flags),
+                    "version": settings.library or library_digest(),
+                    "members": setattn_ensemble(settings.setattn_flags), "seed": job.seed,
+                    "threads": settings.threads}
+        kind = settings.benchmark
+    else:
+        flags = anchor_flags(tool, once=job.dataset in settings.rdkit_once)
+        material = anchor_material(data, rows, spec.targets, spec.task, tool,
+                                   [*flags, *settings.chemprop_flags],
+                                   members or settings.anchor_ensemble, job.seed, settings.threads)
+        kind = "anchors"
+    if settings.round is not None:  # a timed run of its own, never a stored accuracy run
+        return f"{settings.benchmark}_rounds", {**material, "round": settings.round}
+    return kind, material
+
+
+def describes(job: Job, settings: RunSettings) -> dict:
+    """What a stored run is, for people reading the file (not part of its key)."""
+    return {"benchmark": settings.benchmark, "dataset": job.dataset, "split": job.kind,
+            "seed": job.seed, "part": settings.report, "column": job.column}
+
+
+def _anchor_sources(job: Job, tool: str, settings: RunSettings) -> list[tuple[str, bool]]:
+    """The stored anchor runs that give ``tool`` on ``job``, in order of preference:
+    (key, whether member 0 of it is the run). A one-model anchor is also member 0 of the
+    ensemble of ``settings.members_of`` models."""
+    keys = [(run_key(run_material(job, tool, settings)[1]), False)]
+    if settings.anchor_ensemble == 1 and settings.members_of > 1 and settings.round is None:
+        ensemble = run_material(job, tool, settings, settings.members_of)[1]
+        keys.append((run_key(ensemble), True))
+    return keys
+
+
+def _stored(job: Job, tool: str, settings: RunSettings) -> tuple[dict, bool] | None:
+    """The stored run that gives ``tool`` on ``job`` and whether it is member 0 of it;
+    None when none is stored."""
+    if tool == "setattn" or settings.round is not None:
+        kind, material = run_material(job, tool, settings)
+        run = load_stored(kind, run_key(material), settings.store)
+        return None if run is None else (run, False)
+    for key, member0 in _anchor_sources(job, tool, settings):
+        run = load_stored("anchors", key, settings.store)
+        if run is not None and (not member0 or run.get("member0")):
+            return run, member0
+    return None
+
+
+def _record(job: Job, tool: str, settings: RunSettings, result: dict) -> dict:
+    seen = job.counts()["train"] * result["epochs"]  # molecules x epochs, all members
+    result["mol_per_s"], result["mol_per_s_all"] = (  # training; the whole run (featurising)
+        seen / result["fit_seconds"], seen / result["seconds"] if result["seconds"] else None)
+    return {"dataset": job.dataset, "split": job.kind, "seed": job.seed, "report": settings.report,
+            "tool": tool, "flags": tool_flags(tool, settings, job.dataset), "result": result,
+            "metric_name": SETS[job.dataset].metric, "train": job.counts()["train"]}
+
+
+def stored_record(job: Job, tool: str, settings: RunSettings) -> dict | None:
+    """The record of ``tool`` on ``job`` from the stored runs, its metric computed here
+    for an anchor (from its stored predictions); None when no run is stored."""
+    found = _stored(job, tool, settings)
+    if found is None or "record" in found[0]:
+        return found and found[0]["record"]
+    result, smiles, preds = stored_result(*found)
+    return _record(job, tool, settings, {**result, "metric": _metric(job, smiles, preds, tool)})
+
+
+def _train_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> dict:
+    """Train an anchor and store it in ``anchors/`` (its test predictions, member 0's
+    too, and costs); returns its costs."""
+    spec = SETS[job.dataset]
+    members = settings.anchor_ensemble
+    result, smiles, preds = run_chemprop(
+        job.data, job.column, spec.targets, spec.task, run_dir, job.seed, settings.threads,
+        [*anchor_flags(tool, job.data, job.dataset in settings.rdkit_once),
+         *settings.chemprop_flags], members)
+    if smiles != job.scored()[0]:
+        raise RuntimeError(f"{tool}'s test rows differ from column {job.column!r} of "
+                           f"{job.data}")
+    member0 = None
+    if members > 1:
+        first, member0 = member_predictions(run_dir, spec.targets)
+        if first != smiles:
+            raise RuntimeError(f"{run_dir}: member 0 predicted other molecules")
+    _, material = run_material(job, tool, settings)
+    store_run("anchors", material, anchor_content(result, smiles, preds, member0,
+                                                  describes(job, settings)), settings.store)
+    return result
+
+
+def run_job(job: Job, tool: str, settings: RunSettings) -> dict | None:
+    """Run ``tool`` ("setattn" or a chemprop anchor) on ``job`` unless a run of it is
+    stored; store it as soon as it finishes. Returns ``{"tool", "key", "seconds"}``
+    (None when skipped), no metric: progress is read without reading results.
+
+    An anchor's file keeps its predictions, and its metric is computed only when the
+    tables are made (:func:`stored_record`). A setattn run and a cost round's run are
+    stored as their record (in the benchmark's folder, or ``<benchmark>_rounds``).
+    """
+    if _stored(job, tool, settings) is not None:
         return None
     run_dir = settings.out / job.dataset / f"{job.column}_{settings.report}" / run_name(tool,
                                                                                     settings)
     shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts again
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    result = (_run_setattn(job, run_dir, settings) if tool == "setattn"
-              else _run_anchor(job, tool, run_dir, settings))
-    seen = job.counts()["train"] * result["epochs"]  # molecules x epochs, all members
-    result["mol_per_s"], result["mol_per_s_all"] = (  # training; the whole run (featurising)
-        seen / result["fit_seconds"], seen / result["seconds"] if result["seconds"] else None)
-    record = {"dataset": job.dataset, "split": job.kind, "seed": job.seed,
-              "report": settings.report, "tool": tool, "flags": flags, "metric_name":
-              SETS[job.dataset].metric, "train": job.counts()["train"], "result": result}
-    save_result(settings.out, record)
-    done.add(key)
-    return record
+    kind, material = run_material(job, tool, settings)
+    if tool != "setattn" and settings.round is None:
+        result = _train_anchor(job, tool, run_dir, settings)
+    else:
+        result = _run_setattn(job, run_dir, settings) if tool == "setattn" else \
+            _run_anchor(job, tool, run_dir, settings)
+        record = _record(job, tool, settings, result)
+        store_run(kind, material, {"describes": describes(job, settings), "record": record},
+                  settings.store)
+    return {"tool": tool, "key": run_key(material), "seconds": result["seconds"]}

@@ -17,15 +17,17 @@ part of an activity cliff (``cliff_mol``). The paper's results (``published_resu
 are printed beside a test report: SVM, gradient boosting (GBM) and random forests on
 ECFP, and its graph networks (GAT, MPNN, AttentiveFP).
 
-Each finished run is saved at once in ``<--out>/results.json``; a rerun skips saved runs
-and starts an interrupted one again.
+Each finished run is kept at once as data (``record.store_run``): chemprop's in
+``benchmarks/runs/anchors/`` (its test predictions; the molecule benchmark's store, keyed
+by the set file, the split's rows, the tool, version, members, seed and threads), setattn's
+record in ``benchmarks/runs/moleculeace/``. A rerun skips stored runs and starts an
+interrupted one again; ``--tables-only`` trains nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import shlex
 import shutil
 import statistics
@@ -35,9 +37,28 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chemprop_runs import run_chemprop  # noqa: E402
-from molecules import setattn_ensemble  # noqa: E402
-from record import finish, load_average, make_record, table, timed  # noqa: E402
+from chemprop_runs import (  # noqa: E402
+    anchor_content,
+    anchor_material,
+    member_predictions,
+    run_chemprop,
+    stored_result,
+)
+from molecule_jobs import library_digest, setattn_ensemble  # noqa: E402
+from record import (  # noqa: E402
+    STORE,
+    file_digest,
+    finish,
+    load_average,
+    load_stored,
+    make_record,
+    missing_error,
+    rows_digest,
+    run_key,
+    store_run,
+    table,
+    timed,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "moleculeace"
@@ -121,34 +142,72 @@ def run_setattn(rows: list[dict], data: Path, run_dir: Path, flags: list[str]) -
     return {"seconds": seconds, **scores(rows, dict(zip(test, mean[:, 0].tolist())))}
 
 
-def run_anchor(rows: list[dict], data: Path, run_dir: Path, members: int) -> dict:
-    """chemprop 2.3.1 (its defaults, ``members`` models) on the same split CSV."""
-    result, smiles, preds = run_chemprop(data, "split", ("y",), "regression", run_dir,
-                                         VAL_SEED, 1, [], members)
+def run_anchor(rows: list[dict], data: Path, run_dir: Path, material: dict, store: Path,
+               describes: dict) -> dict:
+    """chemprop 2.3.1 (its defaults, ``material["members"]`` models) on the same split CSV,
+    scored; read from its stored run where there is one, else trained and stored."""
+    run = load_stored("anchors", run_key(material), store)
+    if run is None:
+        members = material["members"]
+        result, smiles, preds = run_chemprop(data, "split", ("y",), "regression", run_dir,
+                                             VAL_SEED, 1, [], members)
+        member0 = member_predictions(run_dir, ("y",))[1] if members > 1 else None
+        content = anchor_content(result, smiles, preds, member0, describes)
+        run = load_stored("anchors", store_run("anchors", material, content, store).stem, store)
+    result, smiles, preds = stored_result(run)
     return {**result, **scores(rows, dict(zip(smiles, preds[:, 0].tolist())))}
 
 
+def materials(name: str, rows: list[dict], labels: list[str], flags: list[str]
+              ) -> dict[str, dict]:
+    """Each tool's key material on one set's split (``record.run_key``): the set file's
+    and the split rows' digests, the tool, its flags and version, members, seed, threads."""
+    data, split = file_digest(DATA / f"{name}.csv"), rows_digest(
+        [r["smiles"] for r in rows], labels)
+    members = setattn_ensemble(flags)
+    ours = {"kind": "setattn", "data": data, "rows": split, "targets": ["y"],
+            "task": "regression", "tool": "setattn", "flags": flags,
+            "version": library_digest(), "members": members, "seed": VAL_SEED, "threads": 1}
+    return {"setattn": ours, "chemprop": anchor_material(
+        data, split, ("y",), "regression", "chemprop", [], members, VAL_SEED, 1)}
+
+
 def run_all(args: argparse.Namespace) -> dict[str, dict]:
-    """Every (set, tool) run not saved yet in ``<out>/results.json``; all saved runs."""
-    file = args.out / "results.json"
-    saved = json.loads(file.read_text()) if file.exists() else {}
+    """Every (set, tool) run not stored yet, each stored as it finishes (an anchor in
+    ``benchmarks/runs/anchors/``, setattn's record in ``benchmarks/runs/moleculeace/``);
+    with ``args.tables_only`` none is trained (SystemExit naming the missing keys). All
+    the runs asked for, by "<set> <part> <tool> <flags>"."""
     flags = shlex.split(args.setattn_flags)
+    saved, missing = {}, []
     for name in args.sets:
         rows, labels = report_rows(read_set(name), args.report)
         data = write_split(rows, labels, args.out / name / args.report / "data.csv")
+        keyed = materials(name, rows, labels, flags)
         for tool in ("setattn", *args.anchors):
             key = f"{name} {args.report} {tool} {args.setattn_flags}".strip()
-            if key in saved:
+            material, ours = keyed[tool], tool == "setattn"
+            stored = load_stored("moleculeace" if ours else "anchors", run_key(material),
+                                 args.store)
+            if ours and stored is not None:
+                saved[key] = stored["record"]
+                continue
+            if args.tables_only and stored is None:
+                missing.append((run_key(material), f"{tool} on {name} ({args.report} part)"))
                 continue
             run_dir = args.out / name / args.report / tool
-            shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts again
-            result = run_setattn(rows, data, run_dir, flags) if tool == "setattn" else \
-                run_anchor(rows, data, run_dir, setattn_ensemble(flags))
+            if stored is None:
+                shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts again
+            result = run_setattn(rows, data, run_dir, flags) if ours else run_anchor(
+                rows, data, run_dir, material, args.store,
+                {"benchmark": "moleculeace", "set": name, "part": args.report})
             saved[key] = {"set": name, "report": args.report, "tool": tool, **result}
-            file.write_text(json.dumps(saved, indent=1))
-            print(f"{name} {tool}: RMSE {result['rmse']:.3f}, cliff RMSE "
-                  f"{result['cliff_rmse']:.3f}, {result['seconds']:.0f} s "
-                  f"(load {load_average()})", file=sys.stderr, flush=True)
+            if ours:
+                store_run("moleculeace", material, {"record": saved[key]}, args.store)
+            if stored is None:
+                print(f"{name} {tool}: stored {run_key(material)}, {result['seconds']:.0f} s "
+                      f"(load {load_average()})", file=sys.stderr, flush=True)
+    if missing:
+        raise SystemExit(missing_error(missing))
     return saved
 
 
@@ -211,6 +270,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--report", choices=("test", "val"), default="test",
                    help="the part scored (val: the validation tenth; no test row is read)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_moleculeace")
+    p.add_argument("--store", type=Path, default=STORE,
+                   help="where finished runs are kept as data (default benchmarks/runs)")
+    p.add_argument("--tables-only", action="store_true",
+                   help="train nothing: the table and record of the stored runs")
     args = p.parse_args(argv)
     runs = run_all(args)
     whole = (set(args.sets) == set(set_names()) and args.anchors and not args.setattn_flags

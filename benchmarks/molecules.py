@@ -1,75 +1,97 @@
 """setattn vs chemprop 2.3.1 on six molecule sets, random and scaffold splits.
 
-Run:  .venv/bin/python benchmarks/molecules.py --rounds 2      (the whole benchmark, hours:
-          all sets, both splits, the report seeds, test part, both anchors, then the cost
-          rounds; writes results/molecules.json)
+Run (the pre-registered report, benchmarks/PREREGISTRATION.md, in parts):
+      .venv/bin/python benchmarks/molecules.py --report-part A --anchors-only   (the anchors)
+      .venv/bin/python benchmarks/molecules.py --report-part A          (setattn's side)
+      .venv/bin/python benchmarks/molecules.py --report-part all --tables-only   (the record)
       .venv/bin/python benchmarks/molecules.py --report val --seeds 20 21 22 --out runs/dev
           (for choices: the validation part of other seeds; the test part reaches no tool)
-      .venv/bin/python benchmarks/molecules.py --print-only --out runs/bench_molecules
-          (no training: the tables and the record of the runs saved in --out)
 
 Sets (``molecule_jobs.SETS``): FreeSolv (RMSE), ESOL (RMSE), Tox21 (mean ROC-AUC over 12
 tasks), Huuskonen solubility (RMSE), BACE1 from ChEMBL as ``bace1`` (pIC50, RMSE) and
 ``bace1_active`` (ROC-AUC). Each split (80/10/10, random or balanced Bemis-Murcko
 scaffold, the run's seed) is a column of a CSV that BOTH tools read, so both train,
 validate and test on identical molecules; the script checks each tool's part sizes and
-test rows against the column. The report seeds (``REPORT_SEEDS``, drawn at random and
-written in ``benchmarks/PREREGISTRATION.md`` before any run on them) are read once: no
-default is chosen on them (choices use ``--report val`` on development seeds, 0-34).
-Both tools' test metrics are computed by ``setattn.molprop.metrics.evaluate``.
+test rows against the column. The report seeds (``REPORT_SEEDS``, ``REPORT_PARTS``) are
+read once: no default is chosen on them (choices use ``--report val`` on development
+seeds, 0-34). Both tools' test metrics are computed by ``setattn.molprop.metrics``.
 
 Tools: setattn with its defaults; ``chemprop`` (its defaults) and ``chemprop_rdkit``
-(plus chemprop 1's normalised RDKit 2D descriptors); ``--setattn-flags`` /
-``--chemprop-flags`` add flags (saved with each run). Each anchor trains as many models as
-setattn (``--ensemble-size`` of ``--setattn-flags``, else setattn's default 3;
+(plus chemprop 1's normalised RDKit 2D descriptors, for Report B's sets made once per set
+and read with ``--descriptors-path``: ``--check-descriptors``); ``--setattn-flags`` /
+``--chemprop-flags`` add flags. Each anchor trains as many models as setattn
+(``--ensemble-size`` of ``--setattn-flags``, else setattn's default 3;
 ``--anchor-ensemble-size`` sets another), averages their test predictions and sums their
-fit times. Every tool runs with ``--threads`` CPU threads (default 1), setattn with its
-feature cache off, one tool at a time.
+fit times; a one-model anchor is member 0 of the stored ensemble. Every tool runs with
+``--threads`` CPU threads (default 1), setattn with its feature cache off, one at a time.
 
 Cost, in turn (``--rounds R``): on the first seed's split of every (set, split), setattn's
 defaults, chemprop at setattn's width, depth and batch size (``chemprop_w96``: hidden 96,
-one message-passing step, batches of 96) and chemprop's defaults run
-one after another, the order rotating each round, R rounds; each ratio is taken within a
-round and the median printed, so that both sides of a ratio meet the same machine load.
-Training throughput = training molecules x epochs / training seconds (setattn: its
-``train_seconds``; chemprop: Lightning's ``Trainer.fit``); s/run is the whole command.
+one message-passing step, batches of 96) and chemprop's defaults run one after another,
+the order rotating each round; each ratio is taken within a round and the median
+printed. Training throughput = training molecules x epochs / training seconds (setattn:
+its ``train_seconds``; chemprop: Lightning's ``Trainer.fit``); s/run is the whole command.
+Intervals: coverage, Spearman of |error| with the width, and mean width of setattn's
+split-conformal 90 % intervals on the test part (regression sets).
 
-Intervals: coverage, Spearman correlation of |error| with the width, and mean width of
-setattn's split-conformal 90 % intervals on the test part (regression sets).
-
-Each finished run is saved at once in ``<--out>/results.json`` (rounds in
-``<--out>/round<r>/``); a rerun skips saved runs, so an interrupted benchmark resumes.
+Each finished run is kept at once as data under ``--store`` (``molecule_jobs``); a rerun
+skips stored runs, so an interrupted benchmark resumes, and ``--tables-only`` makes the
+tables and record from the stored runs alone. Progress lines count runs, never a metric.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chemprop_runs import same_descriptors  # noqa: E402
 from molecule_jobs import (  # noqa: E402
     SETS,
     SPLIT_KINDS,
     RunSettings,
     column_name,
-    load_results,
     load_set,
-    record_key,
     run_job,
+    run_material,
+    setattn_ensemble,
     split_data,
     split_labels,
+    stored_record,
     tool_flags,
     write_csv,
 )
-from record import finish, load_average, make_record, markdown_table, table  # noqa: E402
-
-from setattn.molprop.config import RunConfig  # noqa: E402
+from record import (  # noqa: E402
+    STORE,
+    better,
+    finish,
+    load_average,
+    make_record,
+    markdown_table,
+    mean_std,
+    missing_error,
+    paired,
+    ratio_cells,
+    run_key,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT_SEEDS = (696, 707, 718, 753, 974)
+REPORT_PARTS = {"A": (("freesolv", "esol", "huuskonen"), REPORT_SEEDS),
+                "B": (("tox21", "bace1", "bace1_active"), REPORT_SEEDS[:3])}
+"""The pre-registered report's parts (benchmarks/PREREGISTRATION.md): sets and seeds;
+``--report-part all`` is both, each set with its part's seeds."""
+
+
+def part_seeds(part: str | None) -> dict[str, list[int]]:
+    """The sets of a report part (None or "all": both parts) and each set's seeds."""
+    parts = [part] if part in REPORT_PARTS else list(REPORT_PARTS)
+    return {name: list(REPORT_PARTS[p][1]) for p in parts for name in REPORT_PARTS[p][0]}
 ANCHORS = ("chemprop", "chemprop_rdkit")
 ROUND_TOOLS = ("setattn", "chemprop_w96", "chemprop")
 NAMES = {"setattn": "setattn", "chemprop": "chemprop 2.3.1",
@@ -79,47 +101,57 @@ NAMES = {"setattn": "setattn", "chemprop": "chemprop 2.3.1",
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--datasets", nargs="+", default=list(SETS), choices=list(SETS))
+    p.add_argument("--report-part", choices=[*sorted(REPORT_PARTS), "all"],
+                   help="one part of the pre-registered report, its sets and seeds "
+                   "(benchmarks/PREREGISTRATION.md; default: all, both parts)")
+    p.add_argument("--datasets", nargs="+", choices=list(SETS),
+                   help="default: the report part's sets")
     p.add_argument("--splits", nargs="+", default=list(SPLIT_KINDS), choices=SPLIT_KINDS)
-    p.add_argument("--seeds", nargs="+", type=int, default=list(REPORT_SEEDS),
-                   help="split seeds (default: the report's, REPORT_SEEDS)")
+    p.add_argument("--seeds", nargs="+", type=int,
+                   help="split seeds of every set (default: each set's report part's)")
     p.add_argument("--report", choices=("test", "val"), default="test",
                    help="the part whose metric is printed (val: no tool sees the test part)")
     p.add_argument("--anchors", nargs="*", default=list(ANCHORS), choices=list(ANCHORS))
     p.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
+    p.add_argument("--anchors-only", action="store_true",
+                   help="only train the anchors not stored yet; no table, no record")
     p.add_argument("--rounds", type=int, default=0,
                    help="cost rounds of the three tools in turn on the first seed's split")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules",
-                   help="where the runs are saved")
+                   help="where the runs' working files go")
+    p.add_argument("--store", type=Path, default=STORE,
+                   help="where finished runs are kept as data (default benchmarks/runs)")
+    p.add_argument("--setattn-library", metavar="DIGEST",
+                   help="read setattn's stored runs of this library digest (as their files "
+                   "give it) instead of setattn/ as it is now")
     p.add_argument("--record", type=Path, help="the record (default: results/molecules.json "
-                   "for the whole benchmark, <--out>/molecules.json for part of it; only "
-                   "written for the test part)")
+                   "for the whole report, <--out>/molecules_<part>.json for one whole report "
+                   "part, <--out>/molecules.json for less; only written for the test part)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads of each tool")
     p.add_argument("--anchor-ensemble-size", type=int, metavar="K",
                    help="models per chemprop run (default: setattn's ensemble size, the "
-                   "one in --setattn-flags or its default)")
-    p.add_argument("--anchor-members-from", type=Path, metavar="DIR",
-                   help="one-model anchors (an anchor ensemble of 1) are read as member 0 of "
-                   "the finished ensemble runs saved in DIR, not trained again")
-    p.add_argument("--print-only", action="store_true",
-                   help="train nothing: tables and record of the runs saved in --out")
+                   "one in --setattn-flags or its default); a one-model anchor is member 0 "
+                   "of the stored ensemble of setattn's default size where there is one")
+    p.add_argument("--check-descriptors", action="store_true",
+                   help="train nothing else: on the first split, whether chemprop + RDKit 2D "
+                   "predicts the same with the features computed once (--descriptors-path)")
+    p.add_argument("--tables-only", "--print-only", action="store_true", dest="tables_only",
+                   help="train nothing: the tables and record of the stored runs (an "
+                   "error naming the keys of any that are missing)")
     p.add_argument("--setattn-flags", default="", metavar="FLAGS",
                    help="extra flags of setattn's train, one string (e.g. \"--epochs 3\")")
     p.add_argument("--chemprop-flags", default="", metavar="FLAGS",
                    help="extra flags of every chemprop run, one string")
     args = p.parse_args(argv)
-    if args.anchor_members_from and settings_of(args).anchor_ensemble != 1:
-        p.error("--anchor-members-from needs one-model anchors (an anchor ensemble of 1)")
+    sets = part_seeds(args.report_part)
+    args.datasets = args.datasets or list(sets)
+    args.set_seeds = {name: args.seeds or sets.get(name, list(REPORT_SEEDS))
+                      for name in args.datasets}
     if args.skip_chemprop:
         args.anchors = []
+    if args.anchors_only and args.tables_only:
+        p.error("--anchors-only trains, --tables-only does not: give one")
     return args
-
-
-def setattn_ensemble(flags: list[str]) -> int:
-    """The ensemble size setattn trains with these extra flags."""
-    sizes = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--ensemble-size"]
-    sizes += [f.split("=", 1)[1] for f in flags if f.startswith("--ensemble-size=")]
-    return int(sizes[-1]) if sizes else RunConfig().ensemble_size
 
 
 def settings_of(args: argparse.Namespace) -> RunSettings:
@@ -127,18 +159,46 @@ def settings_of(args: argparse.Namespace) -> RunSettings:
     anchors = args.anchor_ensemble_size or setattn_ensemble(setattn_flags)
     return RunSettings(args.out, args.report, args.threads, tuple(setattn_flags),
                        tuple(shlex.split(args.chemprop_flags)), anchors,
-                       args.anchor_members_from)
+                       members_of=setattn_ensemble([]), store=args.store,
+                       library=args.setattn_library, rdkit_once=REPORT_PARTS["B"][0])
 
 
-def wanted(records: list[dict], args: argparse.Namespace, settings: RunSettings) -> list[dict]:
-    """The saved records this call asks for, in the order of its sets, splits and seeds."""
-    keys = {(name, kind, seed, args.report, tool, tool_flags(tool, settings))
-            for name in args.datasets for kind in args.splits for seed in args.seeds
-            for tool in ("setattn", *args.anchors)}
-    chosen = [r for r in records if record_key(r) in keys]
-    order = {name: i for i, name in enumerate(args.datasets)}
-    return sorted(chosen, key=lambda r: (order[r["dataset"]], args.splits.index(r["split"]),
-                                         r["seed"]))
+def tools_of(args: argparse.Namespace) -> list[str]:
+    """The tools this call runs, in order: setattn (unless --anchors-only), the anchors."""
+    return [*([] if args.anchors_only else ["setattn"]), *args.anchors]
+
+
+def splits_of(args: argparse.Namespace, settings: RunSettings):
+    """Every (set, split, seed) job of the call, in order, the set's CSV written first."""
+    for name in args.datasets:
+        spec = SETS[name]
+        data, columns = _columns(name, args.splits, args.set_seeds[name])
+        if args.report == "test":
+            write_csv(args.out / name / "data.csv", data, spec.targets, columns)
+        for kind in args.splits:
+            for seed in args.set_seeds[name]:
+                yield split_data(name, data, kind, seed, settings, columns)
+
+
+def wanted(args: argparse.Namespace, settings: RunSettings) -> list[dict]:
+    """The stored records this call asks for, in the order of its sets, splits and seeds.
+
+    Raises:
+        SystemExit: naming the keys of the runs that are not stored.
+    """
+    records, missing = [], []
+    for job in splits_of(args, settings):
+        for tool in ("setattn", *args.anchors):
+            record = stored_record(job, tool, settings)
+            if record is None:
+                key = run_key(run_material(job, tool, settings)[1])
+                missing.append((key, f"{tool} on {job.dataset} {job.kind} seed {job.seed} "
+                                     f"({settings.report} part)"))
+            else:
+                records.append(record)
+    if missing:
+        raise SystemExit(missing_error(missing))
+    return records
 
 
 def _columns(name: str, kinds: list[str], seeds: list[int]) -> tuple:
@@ -147,22 +207,23 @@ def _columns(name: str, kinds: list[str], seeds: list[int]) -> tuple:
                     for kind in kinds for seed in seeds}
 
 
-def run_set(name: str, args: argparse.Namespace, settings: RunSettings, done: set) -> None:
-    """All runs of one data set that are not saved yet, printing a line after each."""
-    spec = SETS[name]
-    data, columns = _columns(name, args.splits, args.seeds)
-    if args.report == "test":
-        write_csv(args.out / name / "data.csv", data, spec.targets, columns)
-    for kind in args.splits:
-        for seed in args.seeds:
-            job = split_data(name, data, kind, seed, settings, columns)
-            for tool in ("setattn", *args.anchors):
-                record = run_job(job, tool, settings, done)
-                if record is not None:
-                    r = record["result"]
-                    print(f"{name} {kind} seed {seed} {tool}: {spec.metric} {r['metric']:.3f} "
-                          f"({args.report} part), {r['fit_seconds']:.0f} s fit, "
-                          f"{r['mol_per_s']:.0f} train mol/s", file=sys.stderr, flush=True)
+def run_all(args: argparse.Namespace, settings: RunSettings) -> int:
+    """Every run of the call that is not stored yet, a line after each: which run it was
+    and its seconds, no metric (results stay unread until the tables). Returns the count."""
+    tools = tools_of(args)
+    total = sum(map(len, args.set_seeds.values())) * len(args.splits) * len(tools)
+    count = ran = 0
+    for job in splits_of(args, settings):
+        for tool in tools:
+            count += 1
+            done = run_job(job, tool, settings)
+            if done is not None:
+                ran += 1
+                print(f"[{count}/{total}] {job.dataset} {job.kind} seed {job.seed} {tool}: "
+                      f"stored {done['key']}, {done['seconds']:.0f} s (load {load_average()})",
+                      file=sys.stderr, flush=True)
+    print(f"{ran} run(s) trained, {total - ran} already stored", file=sys.stderr, flush=True)
+    return ran
 
 
 def _order(round_index: int, tools: tuple[str, ...] = ROUND_TOOLS) -> tuple[str, ...]:
@@ -173,43 +234,49 @@ def _order(round_index: int, tools: tuple[str, ...] = ROUND_TOOLS) -> tuple[str,
 
 def run_rounds(name: str, kind: str, seed: int, args: argparse.Namespace) -> None:
     """The three tools in turn on split (kind, seed) of ``name``, ``args.rounds`` times,
-    each round saved in ``<out>/round<r>/results.json``."""
+    each run stored at once (``molecules_rounds/``)."""
     spec = SETS[name]
     data, columns = _columns(name, [kind], [seed])
     for r in range(args.rounds):
-        settings = round_settings(args.out / f"round{r}", args.threads)
+        settings = round_settings(args.out / f"round{r}", args.threads, r, args.store)
         write_csv(settings.out / name / "data.csv", data, spec.targets, columns)
         job = split_data(name, data, kind, seed, settings, columns)
-        done = {record_key(rec) for rec in load_results(settings.out)}
         for tool in _order(r):
-            record = run_job(job, tool, settings, done)
-            if record is not None:
+            if run_job(job, tool, settings) is not None:
+                record = stored_record(job, tool, settings)
                 print(f"round {r} {name} {kind} seed {seed} {tool}: "
                       f"{record['result']['mol_per_s']:.0f} train mol/s "
                       f"(load average {load_average()})", file=sys.stderr, flush=True)
 
 
-def round_settings(out: Path, threads: int = 1) -> RunSettings:
+def round_settings(out: Path, threads: int = 1, index: int = 0, store: Path = STORE
+                   ) -> RunSettings:
     """The cost rounds' settings: setattn's defaults, each chemprop run an ensemble of
-    setattn's default size."""
-    return RunSettings(out, "test", threads, anchor_ensemble=setattn_ensemble([]))
+    setattn's default size, round ``index``."""
+    return RunSettings(out, "test", threads, anchor_ensemble=setattn_ensemble([]),
+                       store=store, round=index)
 
 
-def load_rounds(out: Path) -> dict[tuple[str, str, int], list[dict[str, dict]]]:
-    """Saved rounds by (set, split, seed): per round, each tool's record; rounds missing
-    one of the three tools are left out."""
-    plain = {t: tool_flags(t, round_settings(out)) for t in ROUND_TOOLS}
-    groups: dict[tuple[str, str, int], list[dict[str, dict]]] = {}
-    for folder in sorted(out.glob("round*"), key=lambda p: int(p.name[5:] or 0)):
-        per: dict[tuple[str, str, int], dict[str, dict]] = {}
-        for rec in load_results(folder):
-            if rec["tool"] in ROUND_TOOLS and rec["flags"] == plain[rec["tool"]]:
-                per.setdefault((rec["dataset"], rec["split"], rec["seed"]), {})[
-                    rec["tool"]] = rec
-        for key, tools in per.items():
-            if all(t in tools for t in ROUND_TOOLS):
-                groups.setdefault(key, []).append(tools)
-    return groups
+def load_rounds(store: Path, datasets: list[str] | None = None,
+                kinds: list[str] | None = None) -> dict[tuple[str, str, int],
+                                                         list[dict[str, dict]]]:
+    """Stored rounds by (set, split, seed), of the given sets and split kinds (default
+    all): per round, each tool's record; rounds missing one of the three tools are left
+    out."""
+    plain = {t: tool_flags(t, round_settings(store)) for t in ROUND_TOOLS}
+    per: dict[tuple[str, str, int], dict[int, dict[str, dict]]] = {}
+    for path in sorted((store / "molecules_rounds").glob("*.json")):
+        run = json.loads(path.read_text())
+        rec = run["record"]
+        if (rec["tool"] in ROUND_TOOLS and rec["flags"] == plain[rec["tool"]]
+                and rec["dataset"] in (datasets or SETS)
+                and rec["split"] in (kinds or SPLIT_KINDS)):
+            per.setdefault((rec["dataset"], rec["split"], rec["seed"]), {}).setdefault(
+                run["material"]["round"], {})[rec["tool"]] = rec
+    return {key: [tools for _, tools in sorted(rounds.items())
+                  if all(t in tools for t in ROUND_TOOLS)]
+            for key, rounds in per.items()
+            if any(all(t in tools for t in ROUND_TOOLS) for tools in rounds.values())}
 
 
 # --------------------------------------------------------------------------------------
@@ -232,20 +299,6 @@ def _mean(runs: list[dict], key: str) -> float | None:
     return statistics.mean(values) if values and len(values) == len(runs) else None
 
 
-def mean_std(runs: list[dict], key: str = "metric") -> str:
-    """``mean +- sample std`` over the runs (one run: its value; "-" if any lacks it)."""
-    values = [r["result"][key] for r in runs if r["result"].get(key) is not None]
-    if not runs or len(values) != len(runs):
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
-
-
-def _better(a: float, b: float, metric: str) -> bool:
-    return a < b if metric == "rmse" else a > b
-
-
 def seed_wins(tools: dict[str, list[dict]], anchors: list[str], metric: str) -> str:
     """On how many seeds setattn beats every anchor run on that seed."""
     ours = {r["seed"]: r["result"]["metric"] for r in tools.get("setattn", [])}
@@ -253,7 +306,7 @@ def seed_wins(tools: dict[str, list[dict]], anchors: list[str], metric: str) -> 
     seeds = [s for s in ours if all(s in t for t in theirs)]
     if not seeds or not anchors:
         return "-"
-    wins = sum(all(_better(ours[s], t[s], metric) for t in theirs) for s in seeds)
+    wins = sum(all(better(ours[s], t[s], metric) for t in theirs) for s in seeds)
     return f"{wins}/{len(seeds)}"
 
 
@@ -280,24 +333,6 @@ def quality_table(records: list[dict], part: str) -> dict:
                  "seeds on which setattn beats both anchors.")
 
 
-def paired(ours: list[dict], theirs: list[dict], metric: str) -> list[str]:
-    """setattn against one anchor on the seeds both ran: the mean per-seed difference
-    (positive: setattn better), the seeds setattn won, and the two-sided Wilcoxon
-    signed-rank p (exact; 5 seeds cannot go below 0.0625)."""
-    from scipy.stats import wilcoxon
-
-    a = {r["seed"]: r["result"]["metric"] for r in ours}
-    b = {r["seed"]: r["result"]["metric"] for r in theirs}
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
-        return ["-", "-", "-"]
-    sign = -1.0 if metric == "rmse" else 1.0
-    diffs = [sign * (a[s] - b[s]) for s in seeds]  # > 0: setattn better
-    won = sum(d > 0 for d in diffs)
-    p = wilcoxon(diffs).pvalue if len(seeds) > 1 and any(diffs) else float("nan")
-    return [f"{statistics.mean(diffs):+.3f}", f"{won}/{len(seeds)}", f"{p:.3f}"]
-
-
 def paired_table(records: list[dict]) -> dict:
     """Per (set, split) and anchor: setattn's paired advantage over the seeds."""
     rows = []
@@ -314,11 +349,6 @@ def paired_table(records: list[dict]) -> dict:
                  "Wilcoxon: two-sided signed-rank test of the per-seed differences.")
 
 
-def _ratio_cells(ratios: list[float]) -> list[str]:
-    """The median of per-round ratios, and their range."""
-    return [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"]
-
-
 def round_row(name: str, kind: str, seed: int, rounds: list[dict[str, dict]]) -> list[str]:
     """One cost row: medians of the tools' numbers and of the per-round ratios."""
     def values(tool: str, key: str) -> list[float]:
@@ -331,10 +361,10 @@ def round_row(name: str, kind: str, seed: int, rounds: list[dict[str, dict]]) ->
     params = rounds[0]["setattn"]["result"]["parameters"]
     return [name, kind, str(seed), str(len(rounds)), f"{params:,}",
             f"{statistics.median(ours):.0f}", f"{statistics.median(theirs):.0f}",
-            *_ratio_cells([a / b for a, b in zip(ours, theirs)]),
+            *ratio_cells([a / b for a, b in zip(ours, theirs)]),
             f"{statistics.median(whole):.2f}x" if whole else "-",
             f"{statistics.median(ours_s):.0f}", f"{statistics.median(default_s):.0f}",
-            *_ratio_cells([b / a for a, b in zip(ours_s, default_s)])]
+            *ratio_cells([b / a for a, b in zip(ours_s, default_s)])]
 
 
 def cost_table(rounds: dict[tuple[str, str, int], list[dict[str, dict]]]) -> dict:
@@ -422,36 +452,44 @@ def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) ->
 
 
 def record_path(args: argparse.Namespace) -> Path | None:
-    """Where the record goes: ``--record``; else the maintained record (None) for the whole
-    benchmark only, and ``<--out>/molecules.json`` for a part of it (a set, a seed, no
-    anchors, other flags), which must not replace the current record."""
+    """Where the record goes: ``--record``; else the maintained record for the whole
+    benchmark (None: ``results/molecules.json``) or a whole report part
+    (``results/molecules_<part>.json``), and ``<--out>/molecules.json`` for a part of
+    either (a set, a seed, no anchors, other flags), which must not replace a record."""
     if args.record is not None:
         return args.record
-    whole = (set(args.datasets) == set(SETS) and set(args.splits) == set(SPLIT_KINDS)
-             and sorted(args.seeds) == sorted(REPORT_SEEDS) and not args.skip_chemprop
+    plain = (set(args.splits) == set(SPLIT_KINDS) and not args.skip_chemprop
              and set(args.anchors) == set(ANCHORS) and not args.setattn_flags
              and not args.chemprop_flags)
+    whole = plain and args.set_seeds == part_seeds(args.report_part)
+    if whole and args.report_part in REPORT_PARTS:  # half the report: no maintained record
+        return args.out / f"molecules_{args.report_part.lower()}.json"
     return None if whole else args.out / "molecules.json"
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = settings_of(args)
-    if not args.print_only:
+    if args.check_descriptors:  # the first split: predictions compared, no metric
+        job = next(splits_of(args, settings))
+        spec = SETS[job.dataset]
+        sys.exit(0 if same_descriptors(job.data, job.column, spec.targets, spec.task,
+                                       job.seed, args.threads, args.out) else 1)
+    if not args.tables_only:
         print(f"load average {load_average()}", file=sys.stderr)
-        done = {record_key(r) for r in load_results(args.out)}
-        for name in args.datasets:
-            run_set(name, args, settings, done)
+        run_all(args, settings)
+        if args.anchors_only:
+            return  # no table: the anchors' results stay unread
         for name in args.datasets:
             for kind in args.splits:
                 if args.rounds > 0:
-                    run_rounds(name, kind, args.seeds[0], args)
-    records = wanted(load_results(args.out), args, settings)
+                    run_rounds(name, kind, args.set_seeds[name][0], args)
+    records = wanted(args, settings)
     flags = "; ".join(f"{NAMES[t]}: {tool_flags(t, settings) or 'none'}"
                       for t in ("setattn", *args.anchors))
     print(f"metrics on the {args.report.upper()} part; flags beyond the defaults: {flags}",
           file=sys.stderr)
-    record = build_record(records, load_rounds(args.out), args)
+    record = build_record(records, load_rounds(args.store, args.datasets, args.splits), args)
     if args.report == "test":
         finish(record, record_path(args))
     else:  # choices on validation parts are no result: printed, not recorded

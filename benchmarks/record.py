@@ -11,9 +11,17 @@ one benchmark script::
      "tables": [{"title": "...", "columns": [...], "rows": [[...]], "notes": "..."}],
      "raw": {...}}
 
-``dirty`` says whether ``setattn/`` had uncommitted changes; table cells are display
-strings; ``machine.load`` is the 1-minute load average when the record was made.
-``markdown(record)`` prints the tables as the script shows them.
+``dirty`` says whether ``setattn/`` had uncommitted changes; ``library`` holds the git
+hashes at ``commit`` of the library paths the benchmark exercises (``EXERCISED``), and
+:func:`currency` tells whether they are still those of HEAD ("current") or not
+("earlier"); table cells are display strings; ``machine.load`` is the 1-minute load
+average when the record was made. ``markdown(record)`` prints the tables.
+
+Finished runs are kept as data (:func:`store_run`), a JSON file per run named by the key
+of its material (:func:`run_key`): ``benchmarks/runs/anchors/<key>.json`` for an anchor
+(its test predictions: it does not change when setattn does, so it is trained once) and
+``benchmarks/runs/<benchmark>/<key>.json`` for a benchmark's other runs. Floats are
+written as their ``repr``, which reads back to the same float.
 
 Time: medians of several passes in one process, in interleaved rounds where sides are
 compared (:func:`interleaved_seconds`). Memory: the peak RSS growth of a pass, reset
@@ -27,6 +35,7 @@ growth.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -35,7 +44,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -110,6 +119,50 @@ def command_line(argv: list[str] | None = None) -> str:
     return " ".join([".venv/bin/python", str(script), *map(shlex.quote, argv[1:])])
 
 
+MOLECULE_CODE = (("setattn", ("cli", "serve")),)
+EXERCISED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "engine": (("setattn/engine", ()), ("setattn/topology.py", ()), ("setattn/scores.py", ())),
+    **{name: MOLECULE_CODE for name in ("molecules", "moleculeace", "blend_stack",
+                                        "attribution")}}
+"""The library paths each benchmark exercises (path, entries of it left out); the others:
+all of ``setattn/``."""
+
+
+def library_trees(benchmark: str, rev: str = "HEAD", root: Path = ROOT) -> dict | None:
+    """The git tree (or blob) hashes at ``rev`` of the paths ``benchmark`` exercises, and
+    their combined sha256: ``{"paths": {path: hash}, "tree": digest}``; None outside git
+    or where ``rev`` is unknown."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                              text=True).stdout
+    paths: dict[str, str] = {}
+    try:
+        for path, skip in EXERCISED.get(benchmark, (("setattn", ()),)):
+            if not skip:
+                paths[path] = git("rev-parse", f"{rev}:{path}").strip()
+                continue
+            for line in git("ls-tree", rev, f"{path}/").splitlines():  # "mode type hash\tpath"
+                meta, name = line.split("\t", 1)
+                if name.rsplit("/", 1)[-1] not in skip:
+                    paths[name] = meta.split()[2]
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    text = "".join(f"{p} {h}\n" for p, h in sorted(paths.items()))
+    return {"paths": paths, "tree": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def currency(record: dict, root: Path = ROOT) -> str:
+    """"current" when the library code the record's benchmark exercises is the same at
+    HEAD as when it ran (its ``library``, else the trees at its ``commit``), "earlier"
+    when it changed since, "unknown" where git cannot tell or the run had uncommitted
+    changes to ``setattn/``."""
+    then = record.get("library") or library_trees(record["benchmark"], record["commit"], root)
+    now = library_trees(record["benchmark"], "HEAD", root)
+    if then is None or now is None or record.get("dirty"):
+        return "unknown"
+    return "current" if then["tree"] == now["tree"] else "earlier"
+
+
 def make_record(benchmark: str, title: str, summary: str, tables: list[dict],
                 threads: int, raw: dict | None = None, command: str | None = None,
                 load: float | None = None) -> dict:
@@ -120,6 +173,7 @@ def make_record(benchmark: str, title: str, summary: str, tables: list[dict],
               "command": command or command_line(), "commit": commit, "dirty": dirty,
               "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(load),
               "threads": threads, "summary": summary, "tables": tables}
+    record["library"] = library_trees(benchmark)
     if raw is not None:
         record["raw"] = raw
     return record
@@ -189,6 +243,129 @@ def finish(record: dict, out: Path | None) -> Path:
     path = write_record(record, out)
     print(f"\nrecord: {path}", file=sys.stderr)
     return path
+
+
+# --------------------------------------------------------------------------------------
+# statistics of runs over seeds
+
+
+def mean_std(runs: list[dict], key: str = "metric") -> str:
+    """``mean +- sample std`` of ``run["result"][key]`` over the runs (one run: its value;
+    "-" if any lacks it)."""
+    values = [r["result"][key] for r in runs if r["result"].get(key) is not None]
+    if not runs or len(values) != len(runs):
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def better(a: float, b: float, metric: str) -> bool:
+    return a < b if metric == "rmse" else a > b
+
+
+def paired(ours: list[dict], theirs: list[dict], metric: str) -> list[str]:
+    """One tool's runs (``{"seed", "result": {"metric"}}``) against another's on the seeds
+    both ran: the mean per-seed difference (positive: ours better), the seeds ours won,
+    and the two-sided Wilcoxon signed-rank p (exact; 5 seeds cannot go below 0.0625)."""
+    from scipy.stats import wilcoxon
+
+    a = {r["seed"]: r["result"]["metric"] for r in ours}
+    b = {r["seed"]: r["result"]["metric"] for r in theirs}
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return ["-", "-", "-"]
+    sign = -1.0 if metric == "rmse" else 1.0
+    diffs = [sign * (a[s] - b[s]) for s in seeds]  # > 0: ours better
+    won = sum(d > 0 for d in diffs)
+    p = wilcoxon(diffs).pvalue if len(seeds) > 1 and any(diffs) else float("nan")
+    return [f"{statistics.mean(diffs):+.3f}", f"{won}/{len(seeds)}", f"{p:.3f}"]
+
+
+def ratio_cells(ratios: list[float]) -> list[str]:
+    """The median of per-round ratios, and their range."""
+    return [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x to {max(ratios):.2f}x"]
+
+
+# --------------------------------------------------------------------------------------
+# finished runs kept as data
+
+STORE = ROOT / "benchmarks" / "runs"
+KEY_DIGITS = 16
+
+
+def file_digest(paths: Path | Sequence[Path]) -> str:
+    """sha256 of the bytes of a file, or of several files in the given order (each
+    preceded by its length, so that no two different sequences hash alike)."""
+    digest = hashlib.sha256()
+    for path in [paths] if isinstance(paths, Path) else paths:
+        data = Path(path).read_bytes()
+        digest.update(f"{len(data)}:".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def rows_digest(smiles: Sequence[str], labels: Sequence[str]) -> str:
+    """sha256 of a split's rows: each row's SMILES and part label, in file order."""
+    if len(smiles) != len(labels):
+        raise ValueError(f"{len(smiles)} SMILES but {len(labels)} split labels")
+    return hashlib.sha256(json.dumps(list(zip(smiles, labels))).encode()).hexdigest()
+
+
+def tree_digest(root: Path, skip: Iterable[str] = ()) -> str:
+    """sha256 of the files under ``root`` (paths and bytes, sorted by path), leaving out
+    the top-level entries named in ``skip`` and Python's byte-code caches."""
+    skip = set(skip)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root)
+        if rel.parts[0] in skip or "__pycache__" in rel.parts or path.suffix == ".pyc":
+            continue
+        data = path.read_bytes()
+        digest.update(f"{rel.as_posix()}\0{len(data)}:".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def run_key(material: dict) -> str:
+    """The key of a run: the first ``KEY_DIGITS`` hex digits of the sha256 of its material
+    as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_DIGITS]
+
+
+def load_stored(kind: str, key: str, store: Path = STORE) -> dict | None:
+    """The stored run ``key`` of ``kind`` ("anchors" or a benchmark's name), or None.
+
+    Raises:
+        ValueError: if the file holds another key (a renamed or damaged file).
+    """
+    path = store / kind / f"{key}.json"
+    if not path.is_file():
+        return None
+    run = json.loads(path.read_text())
+    if run.get("key") != key or run_key(run.get("material", {})) != key:
+        raise ValueError(f"{path}: its key or material is not {key}")
+    return run
+
+
+def store_run(kind: str, material: dict, content: dict, store: Path = STORE) -> Path:
+    """Write a finished run: ``{"key", "material", **content}`` at its key's path,
+    atomically; returns the path."""
+    key = run_key(material)
+    path = store / kind / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"key": key, "material": material, **content}, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def missing_error(missing: list[tuple[str, str]]) -> str:
+    """The message of a table that lacks stored runs: each missing key and what it is."""
+    lines = [f"  {key}  {what}" for key, what in missing]
+    return (f"{len(missing)} stored run(s) missing, train them first (the same command "
+            "without --tables-only):\n" + "\n".join(lines))
 
 
 # --------------------------------------------------------------------------------------
@@ -303,30 +480,6 @@ def subprocess_json(script: str, case: str, extra: list[str] | None = None) -> d
     return json.loads(out.strip().splitlines()[-1])
 
 
-def molecule_batch(graphs: int, gen: torch.Generator, sizes: tuple[int, int] = (10, 40),
-                   dim: int = 64, bond_dim: int = 7) -> dict[str, torch.Tensor]:
-    """``graphs`` random molecule-like graphs of ``sizes[0]``..``sizes[1]`` atoms: a chain
-    with a ring closure every 6 atoms (bond i -> i + 5), bonds both ways, about 2.3 n
-    directed bonds of degree 2 to 3, as organic molecules have.
-
-    Returns:
-        x (N, dim), edge_index (2, E), edge_attr (E, bond_dim), batch (N,), ptr (G + 1,).
-    """
-    counts = torch.randint(sizes[0], sizes[1] + 1, (graphs,), generator=gen)  # (G,)
-    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # (G + 1,)
-    src, dst = [], []
-    for g in range(graphs):
-        start, n = int(ptr[g]), int(counts[g])
-        chain = torch.arange(start, start + n - 1)  # (n - 1,)
-        ring = torch.arange(start, start + n - 6, 6)  # ring closures i -> i + 5
-        src += [chain, ring]
-        dst += [chain + 1, ring + 5]
-    src, dst = torch.cat(src), torch.cat(dst)
-    bonds = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])  # (2, E)
-    n = int(ptr[-1])
-    return {"x": torch.randn(n, dim, generator=gen), "edge_index": bonds,
-            "edge_attr": torch.randn(bonds.shape[1], bond_dim, generator=gen),
-            "batch": torch.repeat_interleave(torch.arange(graphs), counts), "ptr": ptr}
 def timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
     """Wall seconds of ``cmd`` run with ``threads`` CPU threads, its output in ``log``.
 

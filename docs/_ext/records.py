@@ -10,7 +10,9 @@ A record is ``benchmarks/results/NAME.json``, written by the benchmark script it
 
 Every cell is a display string. The directive renders the title as a section, the
 summary, the command as a code block, one line of provenance (commit, date, machine,
-threads) and every table. A missing record, or one without a required key, stops the
+threads), a note where the record is of an earlier library (the code its benchmark
+exercises changed since it ran, as ``benchmarks/record.py``'s ``currency`` computes from
+git) and every table. A missing record, or one without a required key, stops the
 build with an error naming the file, so a page cannot cite a record that does not exist.
 
 Where the records are: the config value ``benchmark_records_dir`` (default
@@ -20,6 +22,8 @@ Where the records are: the config value ``benchmark_records_dir`` (default
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -79,6 +83,29 @@ def provenance(record: dict[str, Any], path_label: str) -> str:
             f"{threads} thread{'s' if threads != 1 else ''} per process.")
 
 
+@functools.cache
+def _benchmark_record():
+    """``benchmarks/record.py`` of this checkout, loaded from its file."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "record.py"
+    spec = importlib.util.spec_from_file_location("_benchmark_record", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def currency(record: dict[str, Any]) -> str:
+    """"current", "earlier" or "unknown": whether the library code the record's benchmark
+    exercises is still what it ran (computed from git by ``benchmarks/record.py``)."""
+    return _benchmark_record().currency(record)
+
+
+def earlier_note(record: dict[str, Any]) -> str:
+    """The note under an earlier record's provenance."""
+    return (f"An earlier record: the library code this benchmark exercises has changed since "
+            f"commit {str(record['commit'])[:10]}, so the figures may differ now; rerun the "
+            f"command above for current ones.")
+
+
 def table_node(table: dict[str, Any]) -> nodes.table:
     """A docutils table: a header row of ``columns`` and one row per entry of ``rows``."""
     columns = [str(c) for c in table["columns"]]
@@ -106,14 +133,18 @@ def row_node(cells: list[str]) -> nodes.row:
     return row
 
 
-def record_section(record: dict[str, Any], path_label: str) -> nodes.section:
-    """The whole record as a section: title, summary, command, provenance, tables."""
+def record_section(record: dict[str, Any], path_label: str, status: str = "unknown"
+                   ) -> nodes.section:
+    """The whole record as a section: title, summary, command, provenance, a note if its
+    ``status`` (:func:`currency`) is "earlier", tables."""
     section = nodes.section(ids=[nodes.make_id(f"record-{record['benchmark']}")])
     section += nodes.title(text=str(record["title"]))
     section += nodes.paragraph(text=str(record["summary"]))
     command = nodes.literal_block(text=str(record["command"]), language="bash")
     section += command
     section += nodes.paragraph(text=provenance(record, path_label), classes=["record-meta"])
+    if status == "earlier":
+        section += nodes.paragraph(text=earlier_note(record), classes=["record-earlier"])
     for table in record["tables"]:
         section += table_node(table)
         if table.get("notes"):
@@ -133,7 +164,7 @@ class BenchmarkRecord(SphinxDirective):
         path = folder / f"{name}.json"
         record = load_record(path)
         self.env.note_dependency(str(path))
-        section = record_section(record, f"benchmarks/results/{name}.json")
+        section = record_section(record, f"benchmarks/results/{name}.json", currency(record))
         self.state.document.note_implicit_target(section, section)
         return [section]
 

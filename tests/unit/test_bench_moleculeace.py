@@ -76,7 +76,44 @@ def test_an_interrupted_run_starts_again_and_a_saved_one_is_skipped(ace, tmp_pat
     stale.mkdir(parents=True)
     (stale / "half_written.pt").write_text("")
     args = argparse.Namespace(sets=["CHEMBL2835_Ki"], anchors=[], setattn_flags="",
-                              report="val", out=tmp_path)
+                              report="val", out=tmp_path, store=tmp_path / "store",
+                              tables_only=False)
     first = ace.run_all(args)
     assert seen == [[]]  # the stale folder was gone before the run started
-    assert ace.run_all(args) == first and len(seen) == 1  # saved: not run again
+    assert len(list((tmp_path / "store" / "moleculeace").glob("*.json"))) == 1
+    assert ace.run_all(args) == first and len(seen) == 1  # stored: not run again
+    args.setattn_flags = "--epochs 2"  # another key
+    with pytest.raises(SystemExit, match="1 stored run"):
+        ace.run_all(argparse.Namespace(**{**vars(args), "tables_only": True}))
+
+
+def test_a_stored_chemprop_run_is_scored_without_training(ace, tmp_path, monkeypatch):
+    import numpy as np
+
+    calls = []
+
+    def fake_chemprop(data, column, targets, task, run_dir, seed, threads, flags, members):
+        calls.append(members)
+        rows = [r for r in ace.read_set("CHEMBL2835_Ki") if r["split"] == "test"]
+        for i in range(members):
+            (run_dir / f"model_{i}").mkdir(parents=True)
+            (run_dir / f"model_{i}" / "test_predictions.csv").write_text(
+                "smiles,y\n" + "".join(f"{r['smiles']},{r['y'] + i}\n" for r in rows))
+        fits = [{"fit_seconds": 1.0, "epochs": 2, "parameters": 5}] * members
+        return ({"seconds": 3.0, "fit_seconds": members * 1.0, "epochs": 2 * members,
+                 "parameters": 5, "members": members, "fits": fits},
+                [r["smiles"] for r in rows], np.array([[r["y"] + 1.0] for r in rows]))
+
+    monkeypatch.setattr(ace, "run_chemprop", fake_chemprop)
+    monkeypatch.setattr(ace, "run_setattn", lambda *a: {"seconds": 1.0, "rmse": 0.5,
+                                                        "cliff_rmse": 0.6})
+    args = argparse.Namespace(sets=["CHEMBL2835_Ki"], anchors=["chemprop"], setattn_flags="",
+                              report="test", out=tmp_path, store=tmp_path / "store",
+                              tables_only=False)
+    first = ace.run_all(args)
+    assert calls == [3]
+    assert first["CHEMBL2835_Ki test chemprop"]["rmse"] == pytest.approx(1.0)
+    monkeypatch.setattr(ace, "run_chemprop", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr(ace, "run_setattn", lambda *a, **k: pytest.fail("trained again"))
+    args.tables_only = True
+    assert ace.run_all(args) == first

@@ -18,6 +18,18 @@ from setattn.molprop import splits
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def store_run(*args, **kwargs):
+    """``stored_runs.store_run``, imported from benchmarks/ when called."""
+    import sys
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import record as stored_runs
+    finally:
+        sys.path.remove(str(BENCH))
+    return stored_runs.store_run(*args, **kwargs)
+
+
 @pytest.fixture()
 def bench(monkeypatch):
     """The benchmark's modules, importable from benchmarks/ for this test only."""
@@ -93,25 +105,13 @@ def _record(tool: str, seed: int, metric: float, dataset: str = "freesolv", **mo
                                     "mol_per_s": 5.0, **more}}
 
 
-def test_results_file_replaces_a_rerun_and_keeps_the_others(bench, tmp_path):
-    jobs, _ = bench
-    jobs.save_result(tmp_path, _record("setattn", 20, 1.0))
-    jobs.save_result(tmp_path, _record("chemprop", 20, 2.0))
-    jobs.save_result(tmp_path, _record("setattn", 20, 0.5))
-    saved = jobs.load_results(tmp_path)
-    assert [(r["tool"], r["result"]["metric"]) for r in saved] == [("chemprop", 2.0),
-                                                                   ("setattn", 0.5)]
-
-
-def _save_many(out: str, dataset: str, seeds: list[int]) -> None:
-    import molecule_jobs
-
+def _save_many(store: str, dataset: str, seeds: list[int]) -> None:
     for seed in seeds:
-        molecule_jobs.save_result(Path(out), _record("setattn", seed, 1.0, dataset))
+        store_run("molecules", {"dataset": dataset, "seed": seed},
+                  {"record": _record("setattn", seed, 1.0, dataset)}, Path(store))
 
 
-def test_processes_saving_into_one_results_file_keep_each_others_records(bench, tmp_path):
-    jobs, _ = bench
+def test_processes_storing_runs_at_once_keep_each_others_runs(bench, tmp_path):
     ctx = multiprocessing.get_context("fork")
     workers = [ctx.Process(target=_save_many, args=(str(tmp_path), name, list(range(40))))
                for name in ("freesolv", "esol", "tox21")]
@@ -120,9 +120,9 @@ def test_processes_saving_into_one_results_file_keep_each_others_records(bench, 
     for w in workers:
         w.join(timeout=60)
     assert [w.exitcode for w in workers] == [0, 0, 0]
-    saved = {(r["dataset"], r["seed"]) for r in jobs.load_results(tmp_path)}
-    assert saved == {(name, seed) for name in ("freesolv", "esol", "tox21")
-                     for seed in range(40)}
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "molecules").iterdir()]
+    assert {(r["record"]["dataset"], r["record"]["seed"]) for r in runs} == {
+        (name, seed) for name in ("freesolv", "esol", "tox21") for seed in range(40)}
 
 
 def test_quality_table_names_the_best_mean_and_the_seed_wins(bench):
@@ -192,11 +192,14 @@ def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, cp, tmp_pat
             {**_record("chemprop_w96", 10, 2.0), "flags": wide + " --ensemble-size 3"}]
     partial = full[:2] + [_record("chemprop_w96", 10, 2.0)]  # w96 without its flags
     for r, records in enumerate([full, partial, full]):
-        (tmp_path / f"round{r}").mkdir()
-        (tmp_path / f"round{r}" / "results.json").write_text(json.dumps(records))
+        for record in records:
+            store_run("molecules_rounds", {"round": r, "tool": record["tool"],
+                                           "flags": record["flags"]},
+                      {"record": record}, tmp_path)
     rounds = molecules.load_rounds(tmp_path)
     assert list(rounds) == [("freesolv", "random", 10)]
     assert len(rounds["freesolv", "random", 10]) == 2
+    assert molecules.load_rounds(tmp_path, ["esol"]) == {}
 
 
 def test_an_ensembles_one_kernel_part_is_counted_once(bench, monkeypatch):
@@ -306,51 +309,3 @@ def test_the_chemprop_timing_wrapper_compiles_and_appends_a_line_per_member(cp, 
     assert "timed_fit" in code.co_names
     body = jobs.CHEMPROP_TIMED.split("def timed_fit")[1].split("return out")[0]
     assert 'open(os.environ["CHEMPROP_FIT_JSON"], "a")' in body and '"\\n"' in body
-
-
-def _ensemble_run(folder: Path, values: list[tuple[float, float]], target: str = "y") -> None:
-    """A finished chemprop ensemble run: a member folder and a timing line per member."""
-    for k, (a, b) in enumerate(values):
-        (folder / f"model_{k}").mkdir(parents=True)
-        (folder / f"model_{k}" / "test_predictions.csv").write_text(
-            f"smiles,{target}\nCCO,{a}\nCCN,{b}\n")
-    (folder.parent / f"{folder.name}_fit.json").write_text("".join(
-        json.dumps({"fit_seconds": 10.0 + k, "epochs": 50, "parameters": 7}) + "\n"
-        for k in range(len(values))))
-
-
-def test_member_zero_of_an_ensemble_is_read_as_a_one_model_run(cp, tmp_path):
-    run = tmp_path / "chemprop"
-    _ensemble_run(run, [(1.0, 3.0), (2.0, 5.0), (3.0, 10.0)])
-    result, smiles, preds = cp.member_run(run, ("y",))
-    assert smiles == ["CCO", "CCN"] and preds.tolist() == [[1.0], [3.0]]
-    assert result == {"seconds": None, "fit_seconds": 10.0, "epochs": 50, "parameters": 7,
-                      "members": 1, "member_of": str(run)}
-    with pytest.raises(FileNotFoundError, match="no timing lines"):
-        cp.member_run(tmp_path / "missing", ("y",))
-
-
-def test_one_model_anchors_come_from_the_saved_ensembles_only(bench, tmp_path, monkeypatch):
-    jobs, molecules = bench
-    table = jobs.MoleculeTable(["CCO", "CCN", "CCC"], [["1.0"], ["3.0"], ["2.0"]])
-    labels = ["test", "test", "train"]
-    ensembles, single = tmp_path / "ensembles", tmp_path / "single"
-    job = jobs.Job("esol", "random", 10, tmp_path / "d.csv", "random10", labels, table)
-    monkeypatch.setattr(jobs, "run_chemprop", lambda *a, **k: pytest.fail("trained again"))
-    settings = jobs.RunSettings(single, "test", 1, members_from=ensembles)
-    with pytest.raises(FileNotFoundError, match="no finished chemprop ensemble of esol"):
-        jobs.run_job(job, "chemprop", settings, set())
-    _ensemble_run(ensembles / "esol" / "random10_test" / "chemprop", [(1.5, 2.0), (9.0, 9.0)],
-                  jobs.SETS["esol"].targets[0])
-    jobs.save_result(ensembles, {**_record("chemprop", 10, 0.9, "esol"),
-                                 "flags": "--ensemble-size 2", "result": {"members": 2}})
-    record = jobs.run_job(job, "chemprop", settings, set())
-    assert record["flags"] == "" and record["result"]["members"] == 1
-    assert record["result"]["metric"] == pytest.approx(((0.5 ** 2 + 1.0 ** 2) / 2) ** 0.5)
-    assert record["result"]["mol_per_s_all"] is None
-    assert jobs.load_results(single) == [record]
-    with pytest.raises(SystemExit):
-        molecules.parse_args(["--anchor-members-from", str(ensembles)])  # anchors of 3
-    args = molecules.parse_args(["--anchor-members-from", str(ensembles),
-                                 "--setattn-flags", "--ensemble-size 1"])
-    assert molecules.settings_of(args).members_from == ensembles

@@ -96,3 +96,52 @@ def test_a_tiny_scaling_run_writes_a_record_and_a_picture(record, tmp_path):
     assert record.problems(rec) == []
     assert [row[0] for row in rec["tables"][0]["rows"]] == ["32", "64"]
     assert len(rec["raw"]["points"]) == 6 and picture.stat().st_size > 1000
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _commit(repo: Path, files: dict[str, str]) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "change")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def test_a_record_knows_whether_the_code_it_exercises_changed_since(record, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    first = _commit(repo, {"setattn/engine/a.py": "a", "setattn/scores.py": "s",
+                           "setattn/topology.py": "t", "setattn/cli/main.py": "c",
+                           "setattn/molprop/m.py": "m", "README.md": "r"})
+    trees = record.library_trees("molecules", first, repo)
+    assert sorted(trees["paths"]) == ["setattn/engine", "setattn/molprop", "setattn/scores.py",
+                                      "setattn/topology.py"]  # no cli/, no serve/
+    assert sorted(record.library_trees("engine", first, repo)["paths"]) == [
+        "setattn/engine", "setattn/scores.py", "setattn/topology.py"]
+    runs = {name: {"benchmark": name, "commit": first, "dirty": False}
+            for name in ("engine", "molecules", "predict")}
+    stored = {**runs["molecules"], "library": trees}  # as make_record writes it
+
+    def status() -> dict:
+        return {name: record.currency(r, repo) for name, r in
+                {**runs, "stored": stored}.items()}
+
+    assert set(status().values()) == {"current"}
+    _commit(repo, {"setattn/cli/main.py": "c2", "README.md": "r2"})
+    assert status() == {"engine": "current", "molecules": "current", "predict": "earlier",
+                        "stored": "current"}
+    _commit(repo, {"setattn/molprop/m.py": "m2"})
+    assert status() == {"engine": "current", "molecules": "earlier", "predict": "earlier",
+                        "stored": "earlier"}
+    _commit(repo, {"setattn/scores.py": "s2"})
+    assert status()["engine"] == "earlier"
+    assert record.currency({**runs["engine"], "dirty": True}, repo) == "unknown"
+    assert record.currency({**runs["engine"], "commit": "f" * 40}, repo) == "unknown"

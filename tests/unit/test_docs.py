@@ -119,6 +119,17 @@ def test_record_renders_its_title_command_provenance_and_tables(tmp_path, record
     assert len(list(section.findall(records_module.nodes.row))) == 2  # header + 1 row
 
 
+def test_an_earlier_record_is_marked_and_a_current_one_is_not(records_module):
+    record = {"benchmark": "engine", "title": "T", "command": "c", "commit": "abcdef0123456",
+              "date": "d", "machine": {}, "threads": 1, "summary": "s", "tables": []}
+    earlier = records_module.record_section(record, "engine.json", "earlier").astext()
+    assert "earlier record" in earlier and "since commit abcdef0123" in earlier
+    for status in ("current", "unknown"):
+        assert "earlier record" not in records_module.record_section(
+            record, "engine.json", status).astext()
+    assert records_module.currency({**record, "commit": "0" * 40}) == "unknown"
+
+
 def test_missing_or_incomplete_record_is_an_error_naming_the_file(tmp_path, records_module):
     from sphinx.errors import ExtensionError
 
