@@ -94,7 +94,8 @@ def freesolv_batches(count: int, size: int) -> list[dict]:
 
 def cases() -> dict[str, tuple[torch.nn.Module, Callable]]:
     """name -> (module, function of (module, batch) giving a scalar loss)."""
-    from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+    from setattn.molprop.config import NetworkConfig
+    from setattn.molprop.network import MoleculeNetwork
 
     torch.manual_seed(0)
 

@@ -35,6 +35,12 @@ same run. Six tables:
    worker peak RSS, their sum, the peak total PSS: shared pages split among sharers)
    against the sample's cold run with 2 workers. Every output is checked: one row per
    input row, the SMILES column equal to the input's, in order.
+
+``--kernel-only`` writes ``results/predict_kernel.json`` instead, one table: the
+ensemble of ``--model`` predicting the featurised sample in-process with its kernel part
+evaluated once per batch (``Ensemble.member_predictions``) against once per member (each
+member predicted alone, ``Ensemble.member(k)``, as models that each held a copy of the
+kernel part did), interleaved rounds, medians; the two outputs are checked equal.
 """
 
 from __future__ import annotations
@@ -415,6 +421,52 @@ def model_descriptors(model: Path) -> str:
             + (f"the {kind} descriptor set" if kind else "no descriptors"))
 
 
+def kernel_table(model: Path, smiles: list[str], repeats: int) -> tuple[dict, dict]:
+    """Table 7: the ensemble's predictions with its kernel part once per batch against
+    once per member, on the featurised ``smiles``; (table, median seconds)."""
+    from setattn.molprop.checkpoint import load_run
+    from setattn.molprop.featurize import featurize
+
+    ensemble, _ = load_run(model)
+    data = []
+    for s in smiles:
+        try:
+            data.append(featurize(s, ensemble.descriptor_dim))
+        except InvalidSmilesError:
+            continue
+    members = range(len(ensemble))
+    once = ensemble.member_predictions(data)  # (K, M, T)
+    each = torch.stack([ensemble.member(k).member_predictions(data)[0] for k in members])
+    if not torch.equal(once, each):
+        raise SystemExit("the kernel part once and once per member gave other predictions")
+    seconds = interleaved_seconds({
+        "once per batch": lambda: ensemble.member_predictions(data),
+        "once per member": lambda: [ensemble.member(k).member_predictions(data)
+                                    for k in members]}, repeats)
+    rows = [[name, f"{len(data):,}", f"{t:.3f}", f"{len(data) / t:,.0f}",
+             f"{seconds['once per member'] / t:.2f}x"] for name, t in seconds.items()]
+    title = (f"The kernel part once per batch, an ensemble of {len(ensemble)}, "
+             f"{len(data):,} featurised molecules")
+    return table(title, ["kernel part", "molecules", "seconds", "mol/s",
+                         "speed vs once per member"], rows,
+                 f"{model_descriptors(model)}; featurisation excluded; the same predictions "
+                 f"to the last bit; medians of {repeats} interleaved rounds"), seconds
+
+
+def kernel_record(args: argparse.Namespace, smiles: list[str], loads: list[float]) -> None:
+    """``--kernel-only``: table 7 alone, as the record ``predict_kernel``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        kernel, seconds = kernel_table(demo_model(args.model, Path(tmp)), smiles, args.repeats)
+    loads.append(os.getloadavg()[0])
+    speed = seconds["once per member"] / seconds["once per batch"]
+    finish(make_record("predict_kernel", "The kernel part evaluated once per prediction",
+                       f"Predicting {kernel['rows'][0][1]} molecules with the demo ensemble, "
+                       f"the kernel part once per batch is {speed:.2f}x as fast as once per "
+                       f"member, with the same predictions.", [kernel], 1,
+                       {"seconds": seconds, "loads": loads}, load=max(loads)),
+           args.out or ROOT / "benchmarks" / "results" / "predict_kernel.json")
+
+
 def summary(setattn: dict, chemprop: dict, large: dict, n: int, load: float,
             described: str) -> str:
     def rate(name: str, cases: dict = setattn) -> str:
@@ -445,11 +497,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", type=Path, help="run directory (default: the demo's)")
     parser.add_argument("--skip-chemprop", action="store_true")
     parser.add_argument("--out", type=Path, help="the record (default results/predict.json)")
+    parser.add_argument("--kernel-only", action="store_true",
+                        help="only table 7, into results/predict_kernel.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     RDLogger.DisableLog("rdApp.*")  # PyG's from_smiles does the same; keep stderr quiet
     loads = [os.getloadavg()[0]]
     smiles = drug_like(args.n)
+    if args.kernel_only:
+        kernel_record(args, smiles, loads)
+        return
     n = len(smiles)
     graphs, graph_raw = graph_table(args.repeats)
     descriptors, desc_raw = descriptor_table(smiles[:args.desc_n], args.repeats)

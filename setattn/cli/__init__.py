@@ -31,7 +31,7 @@ from setattn.cli.predict import cmd_predict
 from setattn.cli.serve import cmd_serve
 from setattn.cli.train import cmd_train
 from setattn.molprop.checkpoint import CheckpointError
-from setattn.molprop.options import SettingError
+from setattn.molprop.config import SettingError
 
 __all__ = ["build_parser", "main"]
 

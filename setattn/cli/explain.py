@@ -20,13 +20,17 @@ from tqdm import tqdm
 from setattn.datasets.files import read_column
 from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError
-from setattn.molprop.checkpoint import load_run
-from setattn.molprop.device import resolve_device
+from setattn.molprop.checkpoint import check_output_file, load_run, run_file_paths
+from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
 from setattn.molprop.ensemble import Ensemble
-from setattn.molprop.explain import MoleculeExplanation, explain_molecule, explain_smiles
-from setattn.molprop.explain_text import picture_labels, prediction_text, sum_text
-from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.run_files import check_output_file, run_file_paths
+from setattn.molprop.explain import (
+    MoleculeExplanation,
+    explain_molecule,
+    explain_smiles,
+    picture_labels,
+    prediction_text,
+    sum_text,
+)
 from setattn.viz import draw_atom_contributions
 
 __all__ = ["EXPLAIN_MARKER", "check_explain_folder", "cmd_explain"]

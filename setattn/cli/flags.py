@@ -4,7 +4,7 @@ so that ``setattn.cli.parser`` makes every flag the same way: its name, default,
 text and the range of values it accepts come from one field.
 
 ``train`` takes ``TrainFlags`` and every option of a ``RunConfig``
-(``setattn.molprop.settings.run_flags``); ``predict`` takes ``PredictFlags``;
+(``setattn.molprop.config.run_flags``); ``predict`` takes ``PredictFlags``;
 ``explain`` takes ``ExplainFlags``; ``serve`` takes ``ServeFlags``.
 """
 
@@ -15,12 +15,16 @@ from typing import Any
 
 from setattn.cli.process import DEFAULT_THREADS
 from setattn.explain import METHODS
-from setattn.molprop.device import DEVICE_HELP
+from setattn.molprop.config import (
+    DEFAULT_DESCRIPTORS,
+    DESCRIPTORS,
+    DEVICE_HELP,
+    MAX_HEAVY_ATOMS,
+    Range,
+    option,
+)
 from setattn.molprop.explain import DEFAULT_METHOD
-from setattn.molprop.limits import MAX_HEAVY_ATOMS
 from setattn.molprop.loop import CHECKPOINT_SECONDS
-from setattn.molprop.options import Range, option
-from setattn.molprop.settings import DEFAULT_DESCRIPTORS, DESCRIPTORS
 
 __all__ = ["RUN_DIR_FLAGS", "ExplainFlags", "PredictFlags", "ServeFlags", "TrainFlags"]
 

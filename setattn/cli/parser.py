@@ -18,8 +18,7 @@ from setattn.cli.flags import (
     ServeFlags,
     TrainFlags,
 )
-from setattn.molprop.options import Range, flag_fields, range_error
-from setattn.molprop.settings import run_flags
+from setattn.molprop.config import Range, flag_fields, range_error, run_flags
 
 __all__ = ["build_parser", "flag_name"]
 

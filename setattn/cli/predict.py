@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from setattn.cli.process import one_thread
 from setattn.datasets.files import check_encoding, existing_file
-from setattn.molprop.checkpoint import load_run
-from setattn.molprop.device import resolve_device
-from setattn.molprop.limits import MAX_HEAVY_ATOMS
+from setattn.molprop.checkpoint import check_output_file, load_run, run_file_paths
+from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
 from setattn.molprop.predict import free_cores, predict_csv
-from setattn.molprop.run_files import check_output_file, run_file_paths
+from setattn.molprop.workers import WorkerDiedError
 
 __all__ = ["cmd_predict"]
 
@@ -42,7 +40,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                              smiles_column, workers=workers, worker_init=one_thread,
                              encoding=args.encoding, max_heavy_atoms=max_atoms,
                              calibration=meta.get("conformal"))
-    except BrokenProcessPool:
+    except WorkerDiedError:
         print(f"setattn predict: error: a --workers process died (killed, or out of memory); "
               f"{args.output} was not written", file=sys.stderr)
         return 1

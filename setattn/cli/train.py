@@ -7,11 +7,9 @@ from pathlib import Path
 
 from setattn.cli.parser import flag_name
 from setattn.molprop import distributed
-from setattn.molprop.config import RunConfig
-from setattn.molprop.device import resolve_device
+from setattn.molprop.checkpoint import check_run_dir
+from setattn.molprop.config import RunConfig, config_section, new_run, resolve_device, run_flags
 from setattn.molprop.run import run_training
-from setattn.molprop.run_files import check_run_dir
-from setattn.molprop.settings import config_section, new_run, run_flags
 
 __all__ = ["cmd_train", "resumed_run_config", "run_config_from_args"]
 
@@ -23,7 +21,7 @@ def _flag_value(args: argparse.Namespace, name: str) -> object:
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     """A new run from ``train`` flags, defaults where a flag is left out: the mapping
-    ``MoleculePredictor`` uses too (``setattn.molprop.settings.new_run``).
+    ``MoleculePredictor`` uses too (``setattn.molprop.config.new_run``).
 
     Raises:
         ValueError: naming ``--data`` or ``--target-columns`` if missing.

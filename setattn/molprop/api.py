@@ -7,12 +7,12 @@
 
 Every ``fit`` is a ``setattn train`` run: it writes the SMILES and targets as a CSV into
 the run directory and calls the same ``run_training`` with the ``RunConfig`` that the
-same options give on the command line (``setattn.molprop.settings.new_run``), so the
+same options give on the command line (``setattn.molprop.config.new_run``), so the
 same data, options and seed give the same models and the same ``metrics.json``.
 ``load`` reads any run directory, the command line's included, and ``setattn predict
 --model DIR`` reads any that ``save`` wrote. The predictor is a scikit-learn estimator
 (``get_params`` / ``set_params``, ``score``; ``clone``, ``Pipeline``, ``GridSearchCV``):
-:mod:`setattn.molprop.estimator` says how.
+:mod:`setattn.molprop.api` says how.
 """
 
 from __future__ import annotations
@@ -22,32 +22,202 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rdkit import Chem
 
 from setattn.domains.descriptors import descriptor_set
 from setattn.files import atomic_open, write_json
-from setattn.molprop.checkpoint import load_run
-from setattn.molprop.config import RunConfig
-from setattn.molprop.device import resolve_device
-from setattn.molprop.estimator import NOT_OPTIONS, EstimatorConventions, as_smiles
+from setattn.molprop.checkpoint import LOCK_NAME, check_run_dir, load_run, mark_run_dir
+from setattn.molprop.config import (
+    RunConfig,
+    config_section,
+    new_run,
+    option_names,
+    resolve_device,
+    run_flags,
+)
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.explain import DEFAULT_METHOD, explain_smiles
 from setattn.molprop.loop import quiet
 from setattn.molprop.predict import predict_interval, predict_smiles
 from setattn.molprop.run import run_training
-from setattn.molprop.run_files import LOCK_NAME, check_run_dir, mark_run_dir
-from setattn.molprop.settings import config_section, new_run, run_flags
 
-__all__ = ["DATA_FILE", "MoleculePredictor"]
+__all__ = ["DATA_FILE", "OWN_PARAMS", "EstimatorConventions", "MoleculePredictor", "as_smiles"]
+
+
+OWN_PARAMS = ("task", "descriptors", "output_dir", "verbose")
+"""The predictor's keywords that are not ``setattn train`` options passed through."""
+
+
+NOT_OPTIONS = ("data", "task", "descriptors")
+"""Options that ``fit`` sets, or that are keywords of their own."""
+
 
 DATA_FILE = "data.csv"
 """The CSV that ``fit`` writes into the run directory (the run's ``--data``)."""
 
-_NOT_OPTIONS = NOT_OPTIONS  # set by fit, or keywords of their own
-_smiles_list = as_smiles  # SMILES, RDKit Mols, a pandas Series, a NumPy array
+
+def _one_smiles(item: Any, name: str, i: int) -> str:
+    """A SMILES string, or a ``Mol`` written as SMILES in its own atom order (so that
+    it is featurised with the same atoms in the same order)."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Chem.Mol):
+        return Chem.MolToSmiles(item, canonical=False)
+    raise TypeError(f"argument {name}: item {i} is {type(item).__name__} {item!r}, not a "
+                    f"SMILES string or an RDKit Mol")
+
+
+def as_smiles(items: Any, name: str) -> list[str]:
+    """Molecules as a list of SMILES strings.
+
+    Args:
+        items: one SMILES string or ``Mol``; or a sequence of them: a list, a pandas
+            Series or one-column DataFrame, a NumPy array of shape (M,) or (M, 1).
+        name: the argument, for messages.
+
+    Raises:
+        TypeError: naming ``name`` and the first item that is neither a string nor a
+            ``Mol``, or an input that is not a sequence of molecules.
+    """
+    if isinstance(items, str | Chem.Mol):
+        return [_one_smiles(items, name, 0)]
+    if hasattr(items, "to_numpy"):  # pandas: a Series, or a DataFrame of one column
+        items = items.to_numpy()
+    if isinstance(items, np.ndarray):
+        if items.ndim == 2 and items.shape[1] == 1:
+            items = items[:, 0]
+        if items.ndim != 1:
+            raise TypeError(f"argument {name}: expected molecules of shape (M,) or (M, 1), "
+                            f"got an array of shape {items.shape}")
+    if not isinstance(items, Iterable):
+        raise TypeError(f"argument {name}: a SMILES string, an RDKit Mol or a sequence of "
+                        f"them, got {type(items).__name__}")
+    return [_one_smiles(item, name, i) for i, item in enumerate(items)]
+
+
+def _scored(y: np.ndarray, p: np.ndarray, score_task) -> float:
+    """The mean over target columns of ``score_task(y_t, p_t)``, each on the rows where
+    both the label and the prediction are numbers (NaN is a missing label or a molecule
+    that did not parse)."""
+    values = []
+    for t in range(y.shape[1]):
+        keep = np.isfinite(y[:, t]) & np.isfinite(p[:, t])
+        values.append(score_task(y[keep, t], p[keep, t]))
+    return float(np.mean(values))
+
+
+class EstimatorConventions:
+    """scikit-learn's estimator conventions (see the module docstring).
+
+    The class using it takes every keyword of ``param_names()`` in ``__init__``, stores
+    each as the attribute of its name, unchecked, and defines ``predict``.
+    """
+
+    @staticmethod
+    def option_keywords() -> list[str]:
+        """The ``setattn train`` options ``__init__`` accepts as keywords."""
+        return [n for n in option_names() if n not in NOT_OPTIONS]
+
+    @classmethod
+    def param_names(cls) -> list[str]:
+        """Every keyword of ``__init__``: ``OWN_PARAMS`` and the options."""
+        return [*OWN_PARAMS, *cls.option_keywords()]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Every keyword of ``__init__`` and its value (None: the option's default)."""
+        return {name: getattr(self, name) for name in self.param_names()}
+
+    def set_params(self, **params: Any):
+        """Set keywords as ``__init__`` takes them (checked by ``fit``, as there).
+        Returns ``self``.
+
+        Raises:
+            ValueError: for a keyword that is not one (scikit-learn's convention).
+        """
+        allowed = self.param_names()
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}.set_params: unknown keyword(s) "
+                             f"{unknown}; keywords: {sorted(allowed)}")
+        for name, value in params.items():
+            setattr(self, name, value)
+        return self
+
+    @property
+    def _estimator_type(self) -> str:
+        """"classifier" or "regressor", following ``task``."""
+        return "classifier" if self.task == "classification" else "regressor"
+
+    def __sklearn_tags__(self):
+        """scikit-learn's tags: a regressor or a classifier of molecules (strings or
+        ``Mol`` objects, not numeric arrays), which needs ``y`` to fit."""
+        from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
+
+        classifier = self._estimator_type == "classifier"
+        return Tags(estimator_type=self._estimator_type,
+                    target_tags=TargetTags(required=True, single_output=False,
+                                           multi_output=True),
+                    classifier_tags=ClassifierTags() if classifier else None,
+                    regressor_tags=None if classifier else RegressorTags(),
+                    input_tags=InputTags(one_d_array=True, two_d_array=False, string=True))
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """R2 of the predictions for regression, ROC-AUC of the predicted probabilities
+        for classification; the mean over target columns, NaN labels and molecules that
+        do not parse left out.
+
+        Args:
+            X: M molecules (see ``as_smiles``).
+            y: (M,) or (M, T) targets.
+            sample_weight: not supported (None).
+        """
+        if sample_weight is not None:
+            raise TypeError("score: sample_weight is not supported")
+        p = np.asarray(self.predict(X), dtype=np.float64)  # (M, T)
+        y = np.asarray(y, dtype=np.float64).reshape(p.shape[0], -1)  # (M, T)
+        if self._estimator_type == "classifier":
+            from setattn.molprop.metrics import roc_auc
+
+            return _scored(y, p, roc_auc)
+        from sklearn.metrics import r2_score
+
+        return _scored(y, p, lambda yt, pt: float(r2_score(yt, pt)))
+
+    # fitted attributes, also under the names they had before scikit-learn's convention
+    @property
+    def ensemble(self) -> Ensemble | None:
+        """``ensemble_``: the trained (or loaded) ensemble, in eval mode (None before)."""
+        return getattr(self, "ensemble_", None)
+
+    @property
+    def metrics(self) -> dict | None:
+        """``metrics_``: ``metrics.json`` of the run (None if there is none)."""
+        return getattr(self, "metrics_", None)
+
+    @property
+    def meta(self) -> dict:
+        """``meta_``: the run's checkpoint metadata ({} before fitting)."""
+        return getattr(self, "meta_", {})
+
+    @property
+    def run_dir(self) -> Path | None:
+        """``run_dir_``: the run directory the models come from."""
+        return getattr(self, "run_dir_", None)
+
+    @property
+    def errors(self) -> list[tuple[int, str, str]]:
+        """(index, SMILES, reason) of each SMILES the last prediction could not parse."""
+        return getattr(self, "_errors", [])
+
+    @property
+    def notes(self) -> list[tuple[int, str, str]]:
+        """(index, SMILES, note) of each SMILES predicted with a remark."""
+        return getattr(self, "_notes", [])
 
 
 def _targets(y: Any, rows: int, name: str) -> np.ndarray:
@@ -105,55 +275,102 @@ class MoleculePredictor(EstimatorConventions):
         output_dir: the run directory ``fit`` writes (None: a temporary one, removed
             with this object; ``save`` keeps a copy).
         verbose: print the epoch lines and messages of ``setattn train``.
-        **options: any ``setattn train`` flag as a keyword, named like its field:
-            ``epochs``, ``batch_size``, ``lr``, ``seed``, ``split``, ``split_sizes``,
-            ``ensemble_size``, ``hidden``, ``device`` ("auto", "cpu", "cuda[:N]"),
-            ``precision`` ... (``target_columns`` names the columns of ``y``);
-            defaults as on the command line.
+        target_columns ... max_hops: every ``setattn train`` flag, named like it
+            (``--batch-size`` is ``batch_size``): ``target_columns`` names the columns
+            of ``y``; ``device`` is "auto", "cpu" or "cuda[:N]". None, the default of
+            each, is the command line's default. The keywords are stored as given and
+            checked by ``fit`` (or ``check``), as scikit-learn's estimators do.
 
     Attributes:
         ensemble_: the trained (or loaded) ``Ensemble``, in eval mode (also ``ensemble``).
         metrics_: ``metrics.json`` of the run, None if there is none (also ``metrics``).
-        meta_: the checkpoint's metadata (also ``meta``).
+        meta_: the checkpoint's metadata, ``target_columns`` the names of the T
+            targets among it (also ``meta``).
         run_dir_: the run directory the models come from (also ``run_dir``).
         errors: (index, SMILES, reason) of each SMILES the last ``predict`` or
             ``predict_std`` could not parse or skipped (NaN rows).
         notes: (index, SMILES, note) of each SMILES predicted with a remark (a salt
             or mixture: its largest fragment was predicted; isotopes stripped; dummy
             atoms or elements the model has not seen: ``setattn.domains.atom_notes``).
-
-    Raises:
-        TypeError: for a keyword that is not an option.
-        ValueError: naming the option whose value is out of range (CUDA asked for where
-            there is none included); a ``SettingError``.
     """
 
     def __init__(self, task: str = "regression", *, descriptors: str = "rdkit",
                  output_dir: str | Path | None = None, verbose: bool = True,
-                 **options: Any) -> None:
-        allowed = self.option_keywords()
-        unknown = sorted(set(options) - set(allowed))
-        if unknown:
-            raise TypeError(f"MoleculePredictor: unknown option(s) {unknown}; options: "
-                            f"{allowed} and descriptors, output_dir, verbose")
-        # stored as given (scikit-learn's clone checks that); a path becomes a Path once
-        self.task, self.descriptors, self.verbose = task, descriptors, verbose
-        self.output_dir = output_dir if output_dir is None or isinstance(output_dir, Path) \
-            else Path(output_dir)
-        self._options = dict(options)
-        self._check_options(self.get_params())
+                 target_columns: str | Sequence[str] | None = None,
+                 smiles_column: str | None = None, split: str | None = None,
+                 split_column: str | None = None, split_sizes: Sequence[float] | None = None,
+                 seed: int | None = None, fold: int | None = None,
+                 ensemble_size: int | None = None, strict: bool | None = None,
+                 kernel_ridge: str | None = None, kernel_fingerprints: str | None = None,
+                 network_weight: str | None = None, max_heavy_atoms: int | None = None,
+                 encoding: str | None = None, epochs: int | None = None,
+                 batch_size: int | None = None, lr: float | None = None,
+                 weight_decay: float | None = None, patience: int | None = None,
+                 device: str | None = None, precision: str | None = None,
+                 compile: bool | None = None, hidden: int | None = None,
+                 layers: int | None = None, heads: int | None = None, conv: str | None = None,
+                 dropout: float | None = None, global_layers: int | None = None,
+                 max_hops: int | None = None) -> None:
+        # every keyword stored as given and checked by ``fit`` (scikit-learn's
+        # convention: ``clone`` and ``set_params`` rebuild and set them)
+        self.task, self.descriptors, self.output_dir, self.verbose = (
+            task, descriptors, output_dir, verbose)
+        self.target_columns, self.smiles_column, self.split = target_columns, smiles_column, split
+        self.split_column, self.split_sizes, self.seed, self.fold = (
+            split_column, split_sizes, seed, fold)
+        self.ensemble_size, self.strict, self.kernel_ridge = ensemble_size, strict, kernel_ridge
+        self.kernel_fingerprints, self.network_weight = kernel_fingerprints, network_weight
+        self.max_heavy_atoms, self.encoding, self.epochs = max_heavy_atoms, encoding, epochs
+        self.batch_size, self.lr, self.weight_decay = batch_size, lr, weight_decay
+        self.patience, self.device, self.precision = patience, device, precision
+        self.compile, self.hidden, self.layers, self.heads = compile, hidden, layers, heads
+        self.conv, self.dropout, self.global_layers, self.max_hops = (
+            conv, dropout, global_layers, max_hops)
         self._tmp: tempfile.TemporaryDirectory | None = None
 
-    def _check_options(self, params: dict[str, Any]) -> None:
-        """Raises ``SettingError`` naming the keyword whose value is refused."""
-        options = {k: v for k, v in params.items() if k not in ("output_dir", "verbose")}
-        names = _as_names(options.get("target_columns")) or ["y"]
-        new_run({**options, "data": DATA_FILE, "target_columns": names}).validate()
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickling keeps: every attribute, and where the run directory is this
+        object's temporary one (gone once this object is), its files, so that a copy
+        in another process still saves and explains."""
+        state = dict(self.__dict__)
+        tmp = state.pop("_tmp", None)
+        if tmp is not None and self.run_dir is not None:
+            root = Path(self.run_dir)
+            state["_run_files"] = {str(f.relative_to(root)): f.read_bytes()
+                                   for f in sorted(root.rglob("*")) if f.is_file()}
+            state["run_dir_"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A pickled predictor's attributes; its run directory, where it carried one,
+        written into a new temporary directory of this object's."""
+        files = state.pop("_run_files", None)
+        self.__dict__.update(state)
+        self._tmp = None
+        if files is not None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="setattn-")
+            root = Path(self._tmp.name)
+            for name, content in files.items():
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                (root / name).write_bytes(content)
+            self.run_dir_ = root
+
+    def check(self) -> None:
+        """Check every keyword as ``fit`` does, before it trains.
+
+        Raises:
+            TypeError: naming the option whose value is not of its type.
+            ValueError: naming the option whose value is out of range (CUDA asked for
+                where there is none included); a ``SettingError``.
+        """
+        names = _as_names(self.target_columns) or ["y"]
+        self._run_config(DATA_FILE, names).validate()
 
     @property
     def options(self) -> dict[str, Any]:
         """``task``, ``descriptors`` and the options given (``target_columns`` a list)."""
-        given = {k: v for k, v in self._options.items() if v is not None}
+        given = {name: getattr(self, name) for name in self.option_keywords()
+                 if getattr(self, name) is not None}
         if "target_columns" in given:
             given["target_columns"] = _as_names(given["target_columns"])
         return {"task": self.task, "descriptors": self.descriptors, **given}
@@ -165,11 +382,6 @@ class MoleculePredictor(EstimatorConventions):
     def _run_config(self, data: str, names: list[str], **override: Any) -> RunConfig:
         return new_run({**self.options, "data": data, "target_columns": names, **override})
 
-    @property
-    def target_columns(self) -> list[str]:
-        """The T target names (of ``y``'s columns, or the loaded run's)."""
-        return list(self.meta.get("target_columns", []))
-
     def _new_run_dir(self) -> tuple[Path, tempfile.TemporaryDirectory | None]:
         """An empty run directory: ``output_dir``, or a new temporary one (returned too,
         to be kept for as long as its run is this object's)."""
@@ -177,12 +389,13 @@ class MoleculePredictor(EstimatorConventions):
             tmp = tempfile.TemporaryDirectory(prefix="setattn-")
             mark_run_dir(tmp.name)
             return Path(tmp.name), tmp
-        check_run_dir(self.output_dir, "output_dir", extra=[DATA_FILE])
-        if (self.output_dir / "config.json").is_file():
-            raise ValueError(f"argument output_dir: {self.output_dir} already holds a run; "
+        out = Path(self.output_dir)
+        check_run_dir(out, "output_dir", extra=[DATA_FILE])
+        if (out / "config.json").is_file():
+            raise ValueError(f"argument output_dir: {out} already holds a run; "
                              f"choose another directory")
-        mark_run_dir(self.output_dir)  # the run's first file, before its data.csv
-        return self.output_dir, None
+        mark_run_dir(out)  # the run's first file, before its data.csv
+        return out, None
 
     def _names(self, num_targets: int) -> list[str]:
         names = self.options.get("target_columns")
@@ -210,7 +423,8 @@ class MoleculePredictor(EstimatorConventions):
         Raises:
             TypeError, ValueError: naming the argument, the row or the column of bad input.
         """
-        smiles = _smiles_list(smiles, "smiles")
+        self.check()
+        smiles = as_smiles(smiles, "smiles")
         targets = _targets(y, len(smiles), "y")  # (M, T)
         names = self._names(targets.shape[1])
         parts = None
@@ -238,7 +452,7 @@ class MoleculePredictor(EstimatorConventions):
         """The training and validation molecules in one table, with each row's part."""
         if not isinstance(val, tuple) or len(val) != 2:
             raise TypeError("argument val: expected a (smiles, y) pair")
-        val_smiles = _smiles_list(val[0], "val[0]")
+        val_smiles = as_smiles(val[0], "val[0]")
         val_targets = _targets(val[1], len(val_smiles), "val[1]")  # (M_val, T')
         if val_targets.shape[1] != targets.shape[1]:
             raise ValueError(f"argument val[1]: {val_targets.shape[1]} target column(s), "
@@ -256,7 +470,7 @@ class MoleculePredictor(EstimatorConventions):
 
     def _predict(self, smiles: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         self._check_fitted()
-        smiles = _smiles_list(smiles, "smiles")
+        smiles = as_smiles(smiles, "smiles")
         mean, std, messages = predict_smiles(self.ensemble, smiles)  # (M, T) each
         self._note(smiles, messages)
         return mean.numpy(), std.numpy()
@@ -295,7 +509,7 @@ class MoleculePredictor(EstimatorConventions):
             raise ValueError("MoleculePredictor.predict_interval: this run has no interval "
                              "calibration (classification, or saved before intervals existed)")
         self._check_fitted()
-        smiles = _smiles_list(smiles, "smiles")
+        smiles = as_smiles(smiles, "smiles")
         _, lower, upper, messages = predict_interval(self.ensemble, smiles, calibration)
         self._note(smiles, messages)
         return lower.numpy(), upper.numpy()
@@ -363,7 +577,7 @@ class MoleculePredictor(EstimatorConventions):
             config_path = path / "config.json"
             run = RunConfig.from_dict(json.loads(config_path.read_text()), str(config_path))
             options = {f.name: getattr(config_section(run, section), f.name)
-                       for section, f in run_flags() if f.name not in _NOT_OPTIONS}
+                       for section, f in run_flags() if f.name not in NOT_OPTIONS}
         predictor = cls(meta["task"], descriptors=descriptors, verbose=verbose,
                         **{**options, "device": device})
         predictor.ensemble_, predictor.meta_ = ensemble, meta

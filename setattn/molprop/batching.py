@@ -21,8 +21,7 @@ from torch_geometric.data import Batch, Data
 
 from setattn.domains.fingerprints import BITS
 
-__all__ = ["PackedMolecules", "batches", "collate_molecules", "pack", "stacked_targets",
-           "unpack"]
+__all__ = ["PackedMolecules", "batches", "collate_molecules", "pack", "stacked_targets", "unpack"]
 
 
 def pack(data: list[Data], descriptor_dim: int) -> dict:

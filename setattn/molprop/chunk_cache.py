@@ -34,8 +34,8 @@ from torch_geometric.data import Data
 
 from setattn.files import atomic_open
 from setattn.molprop.batching import pack, unpack
+from setattn.molprop.config import FEATURIZE_SECONDS
 from setattn.molprop.featurize import FEATURIZER_VERSION, cache_dir, content_checksum
-from setattn.molprop.limits import FEATURIZE_SECONDS
 
 __all__ = ["chunk_key", "load_featurised", "load_outputs", "model_digest", "outputs_key",
            "save_featurised", "save_outputs"]

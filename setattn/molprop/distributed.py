@@ -1,4 +1,6 @@
-"""Data-parallel training under ``torchrun``: the little glue ``setattn train`` needs.
+"""Where a model runs: data-parallel training under ``torchrun`` (the little glue
+``setattn train`` needs), and the device helpers (``model_device``, ``to_device``,
+``autocast``).
 
     torchrun --standalone --nproc_per_node 2 -m setattn.cli train --data ... --output-dir DIR
 
@@ -27,28 +29,21 @@ How the trainer divides the work (see ``setattn.molprop.loop.fit``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import Sampler
+from torch_geometric.data import Batch
 
-__all__ = [
-    "ShardBatchSampler",
-    "World",
-    "all_reduce_sum",
-    "barrier",
-    "broadcast",
-    "gather_predictions",
-    "session",
-    "shard",
-    "world",
-]
+__all__ = ["ShardBatchSampler", "World", "all_reduce_sum", "autocast", "barrier", "broadcast",
+           "gather_predictions", "model_device", "session", "shard", "to_device", "world"]
 
 T = TypeVar("T")
 
@@ -200,3 +195,22 @@ class ShardBatchSampler(Sampler[list[int]]):
     def padding(self) -> bool:
         """True when this rank's share of ``current`` is only padding."""
         return self.rank >= len(self.current)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of a model's weights."""
+    return next(model.parameters()).device
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """``batch`` on ``device`` (itself, unchanged, when it is there already; PyG's
+    ``Batch.to`` moves the tensors in place, so a batch reused every epoch moves once)."""
+    return batch if batch.x.device == device else batch.to(device)
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager:
+    """The context of a training forward pass: nothing for fp32, bfloat16 autocast on
+    ``device``'s type for bf16."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -35,13 +35,12 @@ from torch_geometric.data import Batch, Data
 from setattn.molprop import distributed
 from setattn.molprop.batching import batches, stacked_targets
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, SPREADS
-from setattn.molprop.device import model_device, to_device
+from setattn.molprop.distributed import model_device, to_device
 from setattn.molprop.kernels import KernelPart
 from setattn.molprop.network import MoleculeNetwork
 from setattn.molprop.stacking import stack_weight
 
-__all__ = ["NETWORK_WEIGHT", "Ensemble", "fit_network_weight", "forward_batches",
-           "task_weights"]
+__all__ = ["NETWORK_WEIGHT", "Ensemble", "fit_network_weight", "forward_batches", "task_weights"]
 
 NETWORK_WEIGHT = 0.5
 """The networks' weight against the kernel part where it is not fitted (classification,

@@ -51,13 +51,12 @@ from setattn.explain import (
     readout_contributions,
 )
 from setattn.molprop.batching import collate_molecules
+from setattn.molprop.config import MAX_HEAVY_ATOMS, SettingError
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize
-from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.options import SettingError
 
-__all__ = ["DEFAULT_METHOD", "MoleculeExplanation", "dummy_atom", "explain_molecule",
-           "explain_smiles"]
+__all__ = ["DEFAULT_METHOD", "MoleculeExplanation", "PictureLabels", "dummy_atom",
+           "explain_molecule", "explain_smiles", "picture_labels", "prediction_text", "sum_text"]
 
 DEFAULT_METHOD = "integrated-gradients"
 """The method ``setattn explain`` uses unless told; chosen on the validation molecules of
@@ -174,7 +173,7 @@ def explain_molecule(ensemble: Ensemble, smiles: str,
         smiles: the molecule.
         method: one of ``setattn.explain.METHODS``.
         target: the task explained.
-        max_heavy_atoms: the size limit (``setattn.molprop.limits``); the run's own.
+        max_heavy_atoms: the size limit (``setattn.molprop.config``); the run's own.
 
     Raises:
         InvalidSmilesError: if ``smiles`` does not parse (``MoleculeSkippedError`` if it
@@ -209,3 +208,50 @@ def explain_smiles(ensemble: Ensemble, smiles: str,
         return explain_molecule(ensemble, smiles, method, target, max_heavy_atoms)
     except InvalidSmilesError as err:
         raise SettingError("smiles", str(err), colon=True) from None
+
+
+@dataclass(frozen=True)
+class PictureLabels:
+    """What an explanation's picture says besides the atoms' colours.
+
+    Attributes:
+        title: three lines: the SMILES, the prediction, the method and the sum.
+        unit: the colour bar's caption, in the contributions' units.
+        centre: the neutral (white) value: 0, or 1 for attention relative to uniform.
+        limit: the distance from ``centre`` drawn at full colour (None: the largest).
+    """
+
+    title: str
+    unit: str
+    centre: float
+    limit: float | None
+
+
+def prediction_text(e: MoleculeExplanation, target: str) -> str:
+    """The explained prediction in words: the value, or the probability and its logit."""
+    a = e.attribution
+    if e.probability is not None:
+        return f"P({target}) {e.probability:.3f} (logit {a.prediction:+.3f})"
+    return f"{target} {a.prediction:.3f}"
+
+
+def sum_text(e: MoleculeExplanation) -> str:
+    """What the contributions sum to (prediction minus baseline), or that the method
+    claims no sum."""
+    a = e.attribution
+    if not a.complete:
+        return "contributions claim no sum"
+    return (f"contributions sum to prediction - baseline ({a.prediction - a.baseline:+.3f}; "
+            f"baseline {a.baseline:+.3f})")
+
+
+def picture_labels(e: MoleculeExplanation, target: str, method: str) -> PictureLabels:
+    """The title, caption and colour scale of ``e``'s picture (``method`` named in it)."""
+    a = e.attribution
+    unit = {"target units": f"contribution to {target}", "logit": f"contribution to the logit "
+            f"of {target}", "relative attention": "attention weight x atoms (1 = uniform)"}
+    title = f"{e.smiles}\npredicted {prediction_text(e, target)}\n{method}: {sum_text(e)}"
+    # attention: full colour at 0 and 2 (never / twice uniform), so near-uniform looks pale
+    limit = max(float((a.values - 1).abs().max()), 1.0) if e.unit == "relative attention" \
+        else None
+    return PictureLabels(title, unit[e.unit], float(a.centre), limit)

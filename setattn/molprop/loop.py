@@ -37,11 +37,11 @@ from setattn.molprop.checkpoint import (
     save_checkpoint,
     snapshot,
 )
-from setattn.molprop.config import TrainConfig, legacy_batch_size
-from setattn.molprop.device import autocast, model_device, resolve_device, to_device
+from setattn.molprop.config import NetworkConfig, TrainConfig, legacy_batch_size, resolve_device
+from setattn.molprop.distributed import autocast, model_device, to_device
 from setattn.molprop.ensemble import forward_batches
 from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
-from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+from setattn.molprop.network import MoleculeNetwork
 
 __all__ = ["CHECKPOINT_SECONDS", "DivergedError", "FitResult", "Progress", "fit"]
 

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["average_precision", "classification_metrics", "evaluate", "improved",
-           "masked_loss", "monitor_metric", "regression_metrics", "roc_auc", "shard_loss"]
+__all__ = ["average_precision", "classification_metrics", "evaluate", "improved", "masked_loss",
+           "monitor_metric", "regression_metrics", "roc_auc", "shard_loss"]
 
 
 def masked_loss(out: Tensor, y: Tensor, task: str) -> Tensor:

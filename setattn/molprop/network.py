@@ -22,101 +22,16 @@ of them with the kernel part (``setattn.molprop.kernels``) and stacks their pred
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
-from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
-from setattn.molprop.limits import MODEL_BOUNDS
-from setattn.molprop.options import (
-    Range,
-    SettingError,
-    bounded,
-    check_ranges,
-    config_from_dict,
-    option,
+from setattn.molprop.config import (
+    NetworkConfig,
 )
 from setattn.nn import DistanceBiasedBlock, GATConv, GATv2Conv, GlobalAttentionPool, hop_buckets
 from setattn.topology import complete, ptr_from_batch
-
-
-@dataclass
-class NetworkConfig:
-    """Everything needed to rebuild a ``MoleculeNetwork`` (stored in checkpoints as JSON).
-
-    Attributes:
-        num_tasks: T, targets predicted per molecule.
-        task: "regression" or "classification" (T independent binary tasks).
-        hidden: D, atom state width (divisible by ``heads``).
-        layers: L, graph attention layers.
-        heads: H, attention heads in each layer and in the readout.
-        conv: "gat" (the default) or "gatv2".
-        norm: "none" or "layer" (LayerNorm before each attention layer).
-        dropout: dropout in the head MLP and on attention weights.
-        descriptor_dim: width of per-molecule descriptors appended to the readout (0: none).
-        atom_dim: F_atom, atom feature width.
-        bond_dim: F_bond, bond feature width (one more slot marks self loops).
-        global_layers: how many of the last graph attention layers are each followed by
-            a global attention block over all atoms of the molecule (0: none).
-        max_hops: K of the global blocks' distance bias: bond distances of K or more
-            share one bias.
-    """
-
-    num_tasks: int = bounded(1, Range(1, largest=MODEL_BOUNDS["num_tasks"]))
-    task: str = "regression"
-    hidden: int = option(96, "atom state width (divisible by --heads)", type=int,
-                         bounds=Range(1, largest=MODEL_BOUNDS["hidden"]))
-    layers: int = option(1, "graph attention layers", type=int,
-                         bounds=Range(0, largest=MODEL_BOUNDS["layers"]))
-    heads: int = option(4, "attention heads per layer and in the readout", type=int,
-                        bounds=Range(1, largest=MODEL_BOUNDS["heads"]))
-    conv: str = option("gat", "graph attention layers: gat (one projection per layer, "
-                       "scores from per-atom terms), or gatv2 (scores from every atom pair's "
-                       "features: slower)", choices=["gat", "gatv2"])
-    norm: str = "none"
-    dropout: float = option(0.0, "dropout in the head and on attention weights", type=float,
-                            bounds=Range(0, below=1))
-    descriptor_dim: int = bounded(0, Range(0, largest=MODEL_BOUNDS["descriptor_dim"]))
-    atom_dim: int = bounded(ATOM_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["atom_dim"]))
-    bond_dim: int = bounded(BOND_FEATURE_DIM, Range(0, largest=MODEL_BOUNDS["bond_dim"]))
-    global_layers: int = option(0, "follow each of the last N graph attention layers by "
-                                "global attention over all atoms of the molecule, biased "
-                                "by bond distance", type=int)
-    max_hops: int = option(8, "bond distances of this many hops or more share one bias "
-                           "in the global attention", type=int,
-                           bounds=Range(1, largest=MODEL_BOUNDS["max_hops"]))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "model config",
-                  prefix: str = "") -> NetworkConfig:
-        """The config of a JSON dict; unknown keys and wrong types are refused naming
-        the key (see ``config_from_dict``), sizes are checked by ``validate``."""
-        return config_from_dict(cls, d, source, prefix)
-
-    def validate(self) -> None:
-        """Raises ValueError naming a setting out of range (``SettingError``: its
-        keyword, before anything is allocated: a file may claim any size) or at odds
-        with another."""
-        check_ranges(self)
-        if self.task not in ("regression", "classification"):
-            raise SettingError("task", f"must be regression or classification, got "
-                               f"{self.task!r}")
-        if self.conv not in ("gat", "gatv2"):
-            raise SettingError("conv", f"must be 'gat' or 'gatv2', got {self.conv!r}")
-        if self.norm not in ("none", "layer"):
-            raise SettingError("norm", f"must be 'none' or 'layer', got {self.norm!r}")
-        if self.hidden % self.heads:
-            raise SettingError("hidden", f"{self.hidden} is not divisible by heads "
-                               f"{self.heads}", colon=True)
-        if not 0 <= self.global_layers <= self.layers:
-            raise SettingError("global_layers", f"must be between 0 and layers "
-                               f"{self.layers}, got {self.global_layers}")
 
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:

@@ -29,15 +29,11 @@ from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.files import atomic_open
 from setattn.molprop import chunk_cache
+from setattn.molprop.checkpoint import check_output_file
+from setattn.molprop.config import MAX_HEAVY_ATOMS, check_prediction_columns, prediction_columns
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize, one_blas_thread
-from setattn.molprop.limits import MAX_HEAVY_ATOMS
-from setattn.molprop.run_files import (
-    check_output_file,
-    check_prediction_columns,
-    prediction_columns,
-)
 from setattn.molprop.workers import fork_map
 
 __all__ = ["BLOCK_ROWS", "CHUNK_ROWS", "free_cores", "predict_csv", "predict_interval",

@@ -9,11 +9,11 @@ What a run directory holds::
 
     .setattn-run       the marker that says "a setattn run": written first; a folder
                        without it is a run's only if it is new or empty
-                       (``setattn.molprop.run_files.check_run_dir``)
+                       (``setattn.molprop.checkpoint.check_run_dir``)
     config.json        the run (data, columns, split, training and model settings)
     split.json         the file rows of the train / val / test parts, and the CSV's
-                       fingerprint (``setattn.molprop.provenance``) --resume checks
-    .setattn.lock      while the run is going (``setattn.molprop.run_files.RunLock``)
+                       fingerprint (``setattn.molprop.checkpoint``) --resume checks
+    .setattn.lock      while the run is going (``setattn.molprop.checkpoint.RunLock``)
     model_<k>/best.pt  the best-validation weights of network k (for predict)
     model_<k>/last.pt  its full training state for resume (``setattn.molprop.loop``)
     ensemble.pt        the kernel part and the networks' weight against it
@@ -29,6 +29,8 @@ What a run directory holds::
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import time
@@ -42,31 +44,29 @@ from torch_geometric.data import Data
 from setattn.datasets.files import quotable, read_column
 from setattn.datasets.molecules import MoleculeNote
 from setattn.domains.molecules import InvalidSmilesError
-from setattn.files import write_json
-from setattn.molprop import conformal, distributed, limits, provenance, splits
+from setattn.files import atomic_open, write_json
+from setattn.molprop import checkpoint, config, conformal, distributed, splits
 from setattn.molprop.batching import stacked_targets
 from setattn.molprop.checkpoint import (
     ENSEMBLE_FILE,
     LEGACY_KEYS,
+    RunLock,
+    check_not_destination,
     load_checkpoint,
     read_ensemble_config,
     save_ensemble,
 )
-from setattn.molprop.config import RunConfig, TrainConfig
-from setattn.molprop.device import model_device
+from setattn.molprop.config import NetworkConfig, RunConfig, SettingError, TrainConfig
+from setattn.molprop.distributed import model_device
 from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weight
-from setattn.molprop.epoch_log import EpochLog
-from setattn.molprop.failures import report_failures, skipped_rows
-from setattn.molprop.featurize import featurize_csv
+from setattn.molprop.featurize import featurize_csv, report_failures, skipped_rows
 from setattn.molprop.kernels import KernelConfig, KernelPart
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
-from setattn.molprop.network import MoleculeNetwork, NetworkConfig, target_scaling
-from setattn.molprop.options import SettingError
-from setattn.molprop.reports import ensemble_scores
-from setattn.molprop.run_files import RunLock, check_not_destination
+from setattn.molprop.metrics import evaluate
+from setattn.molprop.network import MoleculeNetwork, target_scaling
 from setattn.viz import plot_training_curve
 
-__all__ = ["run_training"]
+__all__ = ["EpochLog", "component_metrics", "ensemble_scores", "run_training"]
 
 Log = Callable[[str], None]
 
@@ -148,7 +148,7 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
     if started == 0:
         return (0, None), None
     if started:
-        obstacle = limits.kernel_memory_obstacle(n_train)
+        obstacle = config.kernel_memory_obstacle(n_train)
         if obstacle:
             return (0, None), (f"--resume: the run started with a kernel ridge, but "
                                f"{obstacle}; resume it where its fit fits, or start a new run")
@@ -161,7 +161,7 @@ def _kernel_decision(run: RunConfig, n_train: int, started: int | None) -> tuple
         return (0, f"note: no kernel ridge (--kernel-ridge auto): {tasks} classification "
                    f"tasks; --kernel-ridge on fits one per task"), None
     try:
-        return limits.kernel_size(run.kernel_ridge, n_train,
+        return config.kernel_size(run.kernel_ridge, n_train,
                                   run.model.descriptor_dim > 0), None
     except SettingError as error:  # sent to the other ranks as plain values
         return (0, None), (error.name, error.reason)
@@ -245,7 +245,7 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
     if torch.isnan(stacked_targets(parts[1])).all():
         raise ValueError(f"{source}: the validation part has no labels at all")
     return _Parts(data, list(molecules.failures), *parts, list(molecules.notes),
-                  provenance.data_fingerprint(run.data, molecules))
+                  checkpoint.data_fingerprint(run.data, molecules))
 
 
 def _write_split(parts: _Parts, run: RunConfig, out: Path, resume: bool, log: Log) -> None:
@@ -258,7 +258,7 @@ def _write_split(parts: _Parts, run: RunConfig, out: Path, resume: bool, log: Lo
             rows = {name: stored[name] for name in ("train", "val", "test")}
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{split_path}: not a setattn split file") from None
-        note = provenance.check_same_data(stored.get("data"), parts.fingerprint, out)
+        note = checkpoint.check_same_data(stored.get("data"), parts.fingerprint, out)
         if note:
             log(note)
         if rows != parts.rows():
@@ -269,7 +269,7 @@ def _write_split(parts: _Parts, run: RunConfig, out: Path, resume: bool, log: Lo
 
 
 def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
-    """Refuse a run the machine has not the memory for (``limits.check_memory``); with
+    """Refuse a run the machine has not the memory for (``config.check_memory``); with
     ``parts``, for the largest training batch of its actual molecules."""
     m, t = run.model, run.train
     batch = t.batch_size or 64  # None: a run saved without one, legacy_batch_size <= 64
@@ -280,11 +280,11 @@ def _check_memory(run: RunConfig, parts: _Parts | None = None) -> None:
     if parts is not None:
         sizes = sorted((d.num_nodes for d in parts.train), reverse=True)
         atoms = sum(sizes[:batch])
-    estimate = limits.training_memory(
+    estimate = config.training_memory(
         m.hidden, m.heads, m.layers, batch, run.ensemble_size, atoms_per_batch=atoms,
         num_tasks=len(run.target_columns), descriptor_dim=m.descriptor_dim,
         layer_norm=m.norm == "layer", global_layers=m.global_layers, max_hops=m.max_hops)
-    limits.check_memory(estimate, batch, run.ensemble_size)
+    config.check_memory(estimate, batch, run.ensemble_size)
 
 
 def _network_config(run: RunConfig) -> NetworkConfig:
@@ -515,3 +515,101 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
             log(f"note: the validation part has too few labels for {conformal.LEVEL:.0%} "
                 f"prediction intervals of every target: they are unbounded")
     return metrics
+
+
+def _line(row: dict) -> str:
+    """One CSV line of ``row``'s values, floats to 6 significant digits."""
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow([f"{v:.6g}" if isinstance(v, float) else v
+                                 for v in row.values()])
+    return buffer.getvalue()
+
+
+class EpochLog:
+    """The CSV log at ``path``.
+
+    Args:
+        path: the file to write.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._rows: list[dict] = []  # the rows formatted so far (held: compared by identity)
+        self._lines: list[str] = []  # their CSV lines
+
+    def write(self, rows: Sequence[dict]) -> None:
+        """Rewrite the file with ``rows`` (nothing for none); the header is the first
+        row's keys. Rows already written, as the same objects in the same places, keep
+        their lines."""
+        if not rows:
+            return
+        keep = 0
+        while (keep < min(len(rows), len(self._rows))
+               and rows[keep] is self._rows[keep]):
+            keep += 1
+        self._rows = list(rows)
+        self._lines = [*self._lines[:keep], *(_line(row) for row in rows[keep:])]
+        header = _line({key: key for key in rows[0]})
+        # rewritten after every epoch, and its rows are in last.pt too: no fsync
+        with atomic_open(self.path, "w", sync=False, encoding="utf-8", newline="") as handle:
+            handle.write(header + "".join(self._lines))
+
+
+def component_metrics(ensemble: Ensemble, data: Sequence[Data], task: str,
+                      names: Sequence[str], part: str) -> dict:
+    """Metrics of the networks alone (the mean of their predictions in target units or
+    probabilities, as the ensemble averages them) and of the kernel part alone on
+    ``data``."""
+    y = stacked_targets(data, len(names))  # (M, T)
+    return {"attention": evaluate(y, ensemble.network_predictions(data), task, names, part),
+            "kernel_ridge": evaluate(y, ensemble.kernel_predictions(data), task, names, part)}
+
+
+def _scaled_by(kind: str, ensemble: Ensemble) -> str:
+    if kind == conformal.KERNEL:
+        return "scaled by the kernel ridge's posterior std"
+    return "scaled by the ensemble's std" if len(ensemble) > 1 else "constant width"
+
+
+def ensemble_scores(ensemble: Ensemble, val: Sequence[Data], test: Sequence[Data], task: str,
+                    names: Sequence[str], kernel_info: dict | None = None) -> dict:
+    """What ``metrics.json`` records of an ensemble's predictions on its validation and
+    test parts.
+
+    Args:
+        ensemble: the K members; val, test: the parts' molecules (``Data`` with ``y``).
+        kernel_info: the kernel part's fit (``KernelPart.fit``), when it has one.
+
+    Returns:
+        ``test`` and ``val``: the metrics of the members' mean; ``member_test``: K test
+        metrics; for regression ``uncertainty`` (90 % intervals calibrated on ``val``,
+        scaled as ``Ensemble.spread_kind`` says);
+        with a kernel part ``components`` (the networks' weight, ``kernel_info``, and
+        the metrics of the networks alone and of the kernel part alone).
+    """
+    test_y = stacked_targets(test, len(names))  # (M_test, T)
+    val_y = stacked_targets(val, len(names))  # (M_val, T)
+    test_each = ensemble.member_predictions(test)  # (K, M_test, T)
+    test_mean, test_std = test_each.mean(0), test_each.std(0, correction=0)  # (M_test, T)
+    val_mean, val_std = ensemble.spread(val)  # (M_val, T) each
+    scores = {
+        "test": evaluate(test_y, test_mean, task, names, "test part"),
+        "val": evaluate(val_y, val_mean, task, names, "validation part"),
+        "member_test": [evaluate(test_y, each, task, names, "test part") for each in test_each],
+    }
+    if task == "regression":
+        kind = ensemble.spread_kind()
+        val_u = ensemble.interval_spread(val, val_std, kind)  # (M_val, T)
+        test_u = ensemble.interval_spread(test, test_std, kind)  # (M_test, T)
+        cal = conformal.calibrate(val_y, val_mean, val_u, spread=kind)
+        scores["uncertainty"] = {
+            "method": "split conformal on the validation part, " + _scaled_by(kind, ensemble),
+            "calibration": cal.to_dict(),
+            "val": conformal.interval_report(val_y, val_mean, val_u, cal),
+            "test": conformal.interval_report(test_y, test_mean, test_u, cal)}
+    if kernel_info is not None:
+        scores["components"] = {
+            "blend": ensemble.weight.tolist(), "kernel": kernel_info,
+            **{name: component_metrics(ensemble, part, task, names, f"{words} part")
+               for name, part, words in (("val", val, "validation"), ("test", test, "test"))}}
+    return scores

@@ -18,7 +18,6 @@ the same three index lists, on any machine.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -26,13 +25,10 @@ import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
-from setattn.molprop.options import SettingError
+from setattn.molprop.config import SettingError, check_sizes
 
-__all__ = ["PARTS", "SPLITS", "check_sizes", "column", "kfold", "murcko_scaffold", "num_folds",
-           "random", "scaffold"]
+__all__ = ["PARTS", "column", "kfold", "murcko_scaffold", "num_folds", "random", "scaffold"]
 
-SPLITS: tuple[str, ...] = ("random", "scaffold", "kfold", "column")
-"""The split names the command line accepts."""
 
 Split = tuple[list[int], list[int], list[int]]
 
@@ -40,27 +36,6 @@ PARTS = ("train", "val", "test")
 """The labels of ``column``'s parts."""
 
 
-def check_sizes(sizes: Sequence[float]) -> tuple[float, float, float]:
-    """Validate split fractions.
-
-    Args:
-        sizes: (train, validation, test) fractions.
-
-    Returns:
-        The three fractions as floats.
-
-    Raises:
-        ValueError: naming ``--split-sizes`` unless there are three positive
-            fractions summing to 1.
-    """
-    if len(sizes) != 3:
-        raise SettingError("split_sizes", f"expected 3 fractions (train val test), got "
-                           f"{len(sizes)}", colon=True)
-    train, val, test = (float(s) for s in sizes)
-    if min(train, val, test) <= 0 or not math.isclose(train + val + test, 1.0, abs_tol=1e-6):
-        raise SettingError("split_sizes", f"must be positive fractions summing to 1, got "
-                           f"{list(sizes)}")
-    return train, val, test
 
 
 def _counts(n: int, sizes: Sequence[float]) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import queue
 import signal
 import time
@@ -155,22 +156,29 @@ class WorkerDiedError(RuntimeError):
 def _serve(work: Callable[[Any], Any], init: Callable[[], None] | None, tasks: Any,
            results: Any) -> None:
     """A worker's loop: ``(index, item)`` from ``tasks`` to ``(index, ok, result or
-    error)`` on ``results``, until a None task."""
+    error)`` on ``results``, until a None task. It ends with ``os._exit`` once its
+    results are sent: a forked copy must not flush the parent's buffered output or run
+    the parent's exit handlers."""
     _die_with_parent()
-    if init is not None:
-        init()
+    status = 0
     try:
+        if init is not None:
+            init()
         while True:
             task = tasks.get()
             if task is None:
-                return
+                break
             index, item = task
             try:
                 results.put((index, True, work(item)))
             except Exception as err:  # noqa: BLE001 (raised again in the parent)
                 results.put((index, False, err))
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the parent stops us
-        return
+        status = 1
+    finally:
+        results.close()
+        results.join_thread()  # everything put is in the pipe
+        os._exit(status)
 
 
 def _stop(processes: list) -> None:

@@ -27,9 +27,14 @@ from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.explain import METHODS
 from setattn.molprop.checkpoint import load_run
-from setattn.molprop.explain import DEFAULT_METHOD, explain_molecule
-from setattn.molprop.explain_text import picture_labels, prediction_text, sum_text
-from setattn.molprop.limits import MAX_HEAVY_ATOMS
+from setattn.molprop.config import MAX_HEAVY_ATOMS
+from setattn.molprop.explain import (
+    DEFAULT_METHOD,
+    explain_molecule,
+    picture_labels,
+    prediction_text,
+    sum_text,
+)
 from setattn.molprop.predict import predict_table
 from setattn.serve.card import model_card
 from setattn.viz.contribution_svg import contribution_svg

@@ -173,29 +173,39 @@ def test_validation_set_and_multitask_classification(tmp_path):
 
 
 @pytest.mark.parametrize("make, error, needle", [
-    (lambda: MoleculePredictor(epoch=3), TypeError, "unknown option(s) ['epoch']"),
-    (lambda: MoleculePredictor(data="x.csv"), TypeError, "unknown option(s) ['data']"),
-    (lambda: MoleculePredictor(epochs=0), ValueError, "epochs must be >= 1, got 0"),
-    (lambda: MoleculePredictor("ranking"), ValueError,
+    (lambda: MoleculePredictor(epoch=3), TypeError, "unexpected keyword argument 'epoch'"),
+    (lambda: MoleculePredictor(data="x.csv"), TypeError, "unexpected keyword argument 'data'"),
+    (lambda: MoleculePredictor(epochs=0).check(), ValueError, "epochs must be >= 1, got 0"),
+    (lambda: MoleculePredictor("ranking").check(), ValueError,
      "task must be regression or classification, got 'ranking'"),
-    (lambda: MoleculePredictor(descriptors="morgan"), ValueError,
+    (lambda: MoleculePredictor(descriptors="morgan").check(), ValueError,
      "descriptors must be fast, lean, rdkit or none, got 'morgan'"),
-    (lambda: MoleculePredictor(device="gpu"), ValueError,
+    (lambda: MoleculePredictor(device="gpu").check(), ValueError,
      "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
-    (lambda: MoleculePredictor(hidden=30, heads=4), ValueError,
+    (lambda: MoleculePredictor(hidden=30, heads=4).check(), ValueError,
      "hidden: 30 is not divisible by heads 4"),
-    (lambda: MoleculePredictor(split="halves"), ValueError, "split must be one of"),
-    (lambda: MoleculePredictor(kernel_ridge="on", descriptors="none"), ValueError,
+    (lambda: MoleculePredictor(split="halves").check(), ValueError, "split must be one of"),
+    (lambda: MoleculePredictor(kernel_ridge="on", descriptors="none").check(), ValueError,
      "kernel_ridge: on needs descriptors"),
-    (lambda: MoleculePredictor(split_sizes=[0.5, 0.5]), ValueError,
+    (lambda: MoleculePredictor(split_sizes=[0.5, 0.5]).check(), ValueError,
      "split_sizes: expected 3 fractions"),
-    (lambda: MoleculePredictor(conv="gcn"), ValueError, "conv must be 'gat' or 'gatv2'"),
+    (lambda: MoleculePredictor(conv="gcn").check(), ValueError,
+     "conv must be 'gat' or 'gatv2'"),
+    (lambda: MoleculePredictor(epochs="5").check(), TypeError, "option epochs: must be an int"),
 ])
 def test_bad_options_are_named(make, error, needle):
-    """The library names the keyword, never a command-line flag."""
+    """The library names the keyword, never a command-line flag; a keyword is checked by
+    ``check`` and ``fit``, not where it is given (scikit-learn's convention)."""
     with pytest.raises(error) as info:
         make()
     assert needle in str(info.value) and "--" not in str(info.value)
+
+
+def test_fit_checks_the_keywords_before_it_writes_anything(tmp_path):
+    model = MoleculePredictor(epochs=0, output_dir=tmp_path / "run", verbose=False)
+    with pytest.raises(ValueError, match="epochs must be >= 1, got 0"):
+        model.fit(["CCO", "CCC", "CCCC"], [1.0, 2.0, 3.0])
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("smiles, y, val, error, needle", [

@@ -9,10 +9,11 @@ from molecule_runs import TINY, TOX21_TASKS, freesolv_slice, read_csv, run, tox2
 from setattn import cli, viz
 from setattn.molprop import checkpoint
 from setattn.molprop.batching import collate_molecules
+from setattn.molprop.config import NetworkConfig
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.explain import explain_molecule
 from setattn.molprop.featurize import featurize
-from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+from setattn.molprop.network import MoleculeNetwork
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
 from setattn.molprop import checkpoint, config
-from setattn.molprop.run_files import LOCK_NAME
+from setattn.molprop.checkpoint import LOCK_NAME
 
 pytestmark = pytest.mark.slow  # make test-fast leaves these out
 

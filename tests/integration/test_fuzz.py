@@ -47,9 +47,10 @@ from setattn.domains.molecules import (
     rdkit_descriptors,
 )
 from setattn.explain import METHODS
+from setattn.molprop.config import NetworkConfig
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize
-from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+from setattn.molprop.network import MoleculeNetwork
 from setattn.molprop.predict import predict_csv
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool
 

@@ -24,7 +24,7 @@ import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
 
 from setattn.molprop import checkpoint, splits
-from setattn.molprop.run_files import LOCK_NAME
+from setattn.molprop.checkpoint import LOCK_NAME
 
 FAST = [*TINY, "--descriptors", "none", "--epochs", "1"]
 

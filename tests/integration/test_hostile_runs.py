@@ -21,7 +21,7 @@ from molecule_runs import (
 )
 
 from setattn.molprop import MoleculePredictor
-from setattn.molprop.settings import new_run
+from setattn.molprop.config import new_run
 
 pytestmark = pytest.mark.usefixtures("keep_threads")
 

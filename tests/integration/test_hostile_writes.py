@@ -24,7 +24,7 @@ from molecule_runs import (
 )
 
 from setattn.molprop import MoleculePredictor
-from setattn.molprop.run_files import LOCK_NAME, RUN_MARKER
+from setattn.molprop.checkpoint import LOCK_NAME, RUN_MARKER
 
 pytestmark = pytest.mark.usefixtures("keep_threads")
 

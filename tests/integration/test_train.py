@@ -17,7 +17,8 @@ from setattn import cli
 from setattn.cli import train as cli_train
 from setattn.cli.train import run_config_from_args
 from setattn.molprop import checkpoint, config, loop, metrics
-from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+from setattn.molprop.config import NetworkConfig
+from setattn.molprop.network import MoleculeNetwork
 from setattn.molprop.run import run_training
 
 

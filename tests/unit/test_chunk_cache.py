@@ -105,8 +105,9 @@ def test_free_cores_leave_the_busy_ones(monkeypatch):
 
 
 def _tiny_models(seed):
+    from setattn.molprop.config import NetworkConfig
     from setattn.molprop.ensemble import Ensemble
-    from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+    from setattn.molprop.network import MoleculeNetwork
 
     torch.manual_seed(seed)
     return Ensemble([MoleculeNetwork(NetworkConfig(hidden=8, heads=1))]).eval()

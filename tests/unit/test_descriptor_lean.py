@@ -25,9 +25,8 @@ from setattn.domains.descriptors import (
     set_functions,
 )
 from setattn.domains.molecules import mol_to_data
+from setattn.molprop.config import SettingError, descriptor_dim
 from setattn.molprop.featurize import featurize
-from setattn.molprop.options import SettingError
-from setattn.molprop.settings import descriptor_dim
 
 EDGE_CASES = ["C", "[Na+]", "[CH2]C", "C#N", "[O-][N+](=O)c1ccccc1", "C1CC2CCC1C2",
               "c1ccc2c(c1)[nH]c1ccccc12", "FC(F)(F)S(=O)(=O)[O-]", "P(=O)(O)(O)OCC#CI",

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from setattn.molprop.batching import collate_molecules
+from setattn.molprop.config import NetworkConfig
 from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weight
 from setattn.molprop.featurize import featurize
 from setattn.molprop.kernels import KernelConfig, KernelPart
-from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+from setattn.molprop.network import MoleculeNetwork
 
 SMILES = ["C", "CCO", "c1ccccc1CCN", "CC(=O)Nc1ccc(O)cc1", "CCCCCCCCCCCC", "OC(=O)CC#N", "N"]
 

@@ -8,8 +8,9 @@ import torch
 
 from setattn.molprop import checkpoint
 from setattn.molprop.batching import collate_molecules
+from setattn.molprop.config import NetworkConfig
 from setattn.molprop.featurize import featurize
-from setattn.molprop.network import MoleculeNetwork, NetworkConfig
+from setattn.molprop.network import MoleculeNetwork
 
 SMILES = ["C", "CCO", "c1ccccc1CCN", "CC(=O)Nc1ccc(O)cc1", "CCCCCCCCCCCC"]
 

@@ -12,11 +12,12 @@ import pytest
 from setattn import cli
 from setattn.cli.flags import ExplainFlags, PredictFlags, TrainFlags
 from setattn.molprop.api import MoleculePredictor
-from setattn.molprop.config import RunConfig, TrainConfig
-from setattn.molprop.network import NetworkConfig
-from setattn.molprop.options import (
+from setattn.molprop.config import (
+    NetworkConfig,
     Range,
+    RunConfig,
     SettingError,
+    TrainConfig,
     check_ranges,
     flag_fields,
     key_error,
