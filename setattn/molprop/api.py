@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from setattn.domains.descriptors import descriptor_set
+from setattn.chem.descriptors import descriptor_set
 from setattn.files import atomic_open, write_json
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig

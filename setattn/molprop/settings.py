@@ -14,7 +14,7 @@ from dataclasses import Field
 from numbers import Integral, Real
 from typing import Any
 
-from setattn.domains.descriptors import descriptor_count
+from setattn.chem.descriptors import descriptor_count
 from setattn.molprop.config import RunConfig, TrainConfig
 from setattn.molprop.model import MoleculeModelConfig
 from setattn.molprop.options import SettingError, flag_fields
@@ -27,7 +27,7 @@ DEFAULT_DESCRIPTORS = "rdkit"
 ``docs/guide/defaults.rst``)."""
 
 DESCRIPTORS = ("fast", "lean", "rdkit", "none")
-"""The descriptor sets (``setattn.domains.descriptors``): RDKit's 2D descriptors less
+"""The descriptor sets (``setattn.chem.descriptors``): RDKit's 2D descriptors less
 the slow path indices and the substructure counts, less the path indices only, all of
 them, or none."""
 

@@ -53,7 +53,7 @@ def test_each_head_is_the_model_on_one_batch(data):
 
 def test_the_kernel_head_is_the_kernel_ridge_alone():
     pytest.importorskip("rdkit")
-    from setattn.domains.descriptors import descriptor_count
+    from setattn.chem.descriptors import descriptor_count
 
     dim = descriptor_count()
     data = [featurize(s, dim) for s in SMILES]
