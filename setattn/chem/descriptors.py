@@ -190,9 +190,9 @@ def descriptor_values(mol: Chem.Mol, kind: str = "rdkit", deadline: float | None
     values = []
     with rdBase.BlockLogs():
         descriptors.find_rings(mol)
-        context = MolContext(mol)
+        context, shared_values = MolContext(mol), SHARED_VALUES if mol.GetNumAtoms() else {}
         for name, fn in descriptors.functions:
-            shared = SHARED_VALUES.get(name) if mol.GetNumAtoms() else None
+            shared = shared_values.get(name)
             values.append(_value(fn, mol) if shared is None else _value(shared, context))
             if deadline is not None and time.perf_counter() > deadline:
                 raise DescriptorTimeout(name)
