@@ -199,7 +199,7 @@ def descriptor_values(mol: Chem.Mol, kind: str = "rdkit", deadline: float | None
     return np.array(values, dtype=np.float64)
 
 
-def as_row(values: np.ndarray) -> Tensor:
+def _as_row(values: np.ndarray) -> Tensor:
     """(1, F_desc) float32 of (F_desc,) values; non-finite values and float32 overflows
     become 0."""
     values = np.where(np.abs(values) < 1e30, values, 0.0)  # inf, nan and float32 overflow
@@ -228,4 +228,4 @@ def mol_descriptors(mol: Chem.Mol, deadline: float | None = None, kind: str = "r
         DescriptorTimeout: past ``deadline``.
         ValueError: for an unknown ``kind``.
     """
-    return as_row(descriptor_values(mol, kind, deadline))
+    return _as_row(descriptor_values(mol, kind, deadline))
