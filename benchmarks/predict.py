@@ -74,8 +74,7 @@ from record import (  # noqa: E402
     watch_tree,
 )
 
-from setattn.datasets import DATASETS_DIR  # noqa: E402
-from setattn.domains.descriptors import (  # noqa: E402
+from setattn.chem.descriptors import (  # noqa: E402
     DESCRIPTOR_SETS,
     descriptor_count,
     descriptor_functions,
@@ -83,6 +82,7 @@ from setattn.domains.descriptors import (  # noqa: E402
     mol_descriptors,
     set_functions,
 )
+from setattn.datasets import DATASETS_DIR  # noqa: E402
 from setattn.domains.fingerprints import count_fingerprint  # noqa: E402
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data  # noqa: E402
 

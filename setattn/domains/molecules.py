@@ -51,7 +51,7 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import rdchem
 from torch_geometric.data import Data
 
-from setattn.domains.descriptors import DescriptorTimeout, mol_descriptors
+from setattn.chem.descriptors import DescriptorTimeout, mol_descriptors
 from setattn.domains.errors import InvalidSmilesError, MoleculeSkippedError, short_smiles
 from setattn.domains.fingerprints import count_fingerprint
 from setattn.domains.isotopes import strip_isotopes
@@ -421,6 +421,7 @@ def mol_to_data(
     graph: Literal["bonds", "complete"] = "bonds",
     largest_fragment: bool = True,
     descriptors: bool | str | None = False,
+    fingerprint: bool = False,
     row: int | None = None,
     source: str | None = None,
     max_heavy_atoms: int | None = None,
@@ -436,9 +437,9 @@ def mol_to_data(
         largest_fragment: keep only the largest fragment (drops counter-ions of
             salts and solvent molecules).
         descriptors: also compute the RDKit 2D descriptors of the molecule
-            (``setattn.domains.descriptors``) from the same parse, as ``descriptors``:
+            (``setattn.chem.descriptors``) from the same parse, as ``descriptors``:
             a set's name ("fast", "lean" or "rdkit"), True for "rdkit"; False or None: none.
-            The Morgan count fingerprint (``setattn.domains.fingerprints``) comes with them.
+        fingerprint: also compute the Morgan count fingerprint (``domains.fingerprints``).
         row: the file row the molecule came from, carried into errors.
         source: the file name it came from, carried into errors.
         max_heavy_atoms: refuse molecules (the kept fragment) with more heavy atoms.
@@ -452,8 +453,8 @@ def mol_to_data(
         ``edge_index`` (2, E) long, E = 2 * bonds, row 0 = source, row 1 = target;
         ``edge_attr`` (E, BOND_FEATURE_DIM) float32;
         for ``graph="complete"``: ``dist`` (N * N,) long, target-major;
-        with ``descriptors``: ``descriptors`` (1, F_desc) float32 and ``fingerprint``
-        (1, BITS) uint8 Morgan counts.
+        with ``descriptors``: ``descriptors`` (1, F_desc) float32;
+        with ``fingerprint``: ``fingerprint`` (1, BITS) uint8 Morgan counts.
         A single atom gives ``edge_index`` of shape (2, 0).
 
     Raises:
@@ -470,7 +471,6 @@ def mol_to_data(
     if largest_fragment and has_dot:
         mol = keep_largest_fragment(mol)
     _check_size(mol, smiles, max_heavy_atoms, row, source)
-
     data = Data(x=_atom_features(mol, has_chirality), smiles=smiles)
     if graph == "bonds":
         data.edge_index, data.edge_attr = _bond_graph(mol, has_stereo)
@@ -486,13 +486,13 @@ def mol_to_data(
                 smiles, f"featurisation took over {time_budget:g} s, the time budget per "
                 f"molecule (stopped at the descriptor {err.descriptor})", row=row,
                 source=source) from None
+    if fingerprint:  # after the descriptors: the ring information they complete
         data.fingerprint = count_fingerprint(mol)  # (1, BITS)
     return data
 
 
 def rdkit_descriptors(smiles: str, kind: str = "rdkit") -> torch.Tensor:
-    """RDKit 2D descriptors of a SMILES's largest fragment in the set ``kind`` ("fast",
-    "lean" or "rdkit"), (1, F_desc) float32.
+    """(1, F_desc) float32 descriptors of the set ``kind`` of a SMILES's largest fragment.
 
     Raises:
         InvalidSmilesError: for an empty or unparsable SMILES.

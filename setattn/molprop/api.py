@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from rdkit import Chem
 
-from setattn.domains.descriptors import descriptor_set
+from setattn.chem.descriptors import descriptor_set
 from setattn.files import atomic_open, write_json
 from setattn.molprop.checkpoint import LOCK_NAME, check_run_dir, load_run, mark_run_dir
 from setattn.molprop.config import (

@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 import dacite
 import torch
 
+from setattn.chem.descriptors import descriptor_count
 from setattn.datasets.files import check_encoding
-from setattn.domains.descriptors import descriptor_count
 from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
 
 __all__ = ["DEFAULT_DESCRIPTORS", "DESCRIPTORS", "DEVICE_HELP", "FEATURIZE_SECONDS", "FORMAT",
@@ -659,7 +659,7 @@ DEFAULT_DESCRIPTORS = "rdkit"
 
 
 DESCRIPTORS = ("fast", "lean", "rdkit", "none")
-"""The descriptor sets (``setattn.domains.descriptors``): RDKit's 2D descriptors less
+"""The descriptor sets (``setattn.chem.descriptors``): RDKit's 2D descriptors less
 the slow path indices and the substructure counts, less the path indices only, all of
 them, or none."""
 

@@ -39,8 +39,8 @@ import torch
 from rdkit import Chem, rdBase
 from torch_geometric.data import Data
 
-from setattn.domains.descriptor_atoms import descriptor_shares
-from setattn.domains.descriptors import descriptor_set
+from setattn.chem.descriptors import descriptor_set
+from setattn.chem.shares import descriptor_shares
 from setattn.domains.fingerprints import fingerprint_shares
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data, parse_smiles
 from setattn.explain import (
@@ -102,7 +102,8 @@ def dummy_atom(mol: Chem.Mol, i: int) -> Chem.Mol:
 def _variant(mol: Chem.Mol, i: int, descriptors: str | None) -> Data | None:
     """The model's input for ``mol`` with atom i occluded (None if RDKit refuses it)."""
     try:
-        return mol_to_data(dummy_atom(mol, i), largest_fragment=False, descriptors=descriptors)
+        return mol_to_data(dummy_atom(mol, i), largest_fragment=False, descriptors=descriptors,
+                           fingerprint=bool(descriptors))
     except (ValueError, RuntimeError, Chem.rdchem.MolSanitizeException):
         return None
 

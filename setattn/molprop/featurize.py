@@ -39,10 +39,10 @@ import torch
 from rdkit import rdBase
 from torch_geometric.data import Data
 
+from setattn.chem.descriptors import descriptor_set
 from setattn.datasets.files import PathLike, as_list, existing_file, file_sha256
 from setattn.datasets.molecules import MoleculeNote, MoleculeSet, read_molecule_table
 from setattn.domains.atom_notes import molecule_note
-from setattn.domains.descriptors import descriptor_set
 from setattn.domains.molecules import (
     InvalidSmilesError,
     MoleculeSkippedError,
@@ -103,8 +103,9 @@ def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
     kind = descriptor_set(descriptor_dim)
 
     def work() -> Data:
-        return mol_to_data(smiles, descriptors=kind, row=row, source=source,
-                           max_heavy_atoms=max_heavy_atoms, time_budget=time_budget)
+        return mol_to_data(smiles, descriptors=kind, fingerprint=kind is not None, row=row,
+                           source=source, max_heavy_atoms=max_heavy_atoms,
+                           time_budget=time_budget)
 
     # RDKit's descriptors of a large molecule cannot be interrupted: run them in a
     # worker process that is killed at the deadline (``setattn.molprop.workers``)

@@ -14,7 +14,7 @@ import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, tox21_slice
 from rdkit import Chem
 
-from setattn.domains.descriptors import descriptor_count
+from setattn.chem.descriptors import descriptor_count
 from setattn.molprop import MoleculePredictor
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule

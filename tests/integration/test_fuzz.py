@@ -37,9 +37,9 @@ from molecule_runs import freesolv_slice
 from torch_geometric.data import Batch
 
 from setattn import cli
+from setattn.chem.descriptors import descriptor_count
 from setattn.datasets import DATASETS_DIR
 from setattn.datasets.molecules import read_molecule_table
-from setattn.domains.descriptors import descriptor_count
 from setattn.domains.molecules import (
     ATOM_FEATURE_DIM,
     BOND_FEATURE_DIM,

@@ -27,7 +27,7 @@ from molecule_runs import (
     train_tiny,
 )
 
-from setattn.domains.descriptors import descriptor_count
+from setattn.chem.descriptors import descriptor_count
 from setattn.molprop import MoleculePredictor, checkpoint
 from setattn.molprop.checkpoint import CheckpointError
 from setattn.molprop.featurize import featurize

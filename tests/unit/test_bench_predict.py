@@ -57,7 +57,7 @@ def test_the_floor_counts_the_set_s_own_descriptors(bench):
     import numpy as np
     from rdkit import Chem
 
-    from setattn.domains.descriptors import mol_descriptors, set_functions
+    from setattn.chem.descriptors import mol_descriptors, set_functions
 
     names = [name for name, _ in set_functions("rdkit")]
     mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1C(=O)N1CCCC1")

@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from setattn.domains.descriptors import descriptor_count
+from setattn.chem.descriptors import descriptor_count
 from setattn.molprop import chunk_cache, predict
 from setattn.molprop.predict import _featurise_chunk
 

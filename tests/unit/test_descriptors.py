@@ -1,7 +1,7 @@
 """The fast descriptor path gives exactly what RDKit's public functions give, one by one.
 
 ``mol_descriptors`` computes the slowest descriptors from intermediate results shared
-between them (``setattn.domains.descriptor_fast``); the reference here is RDKit's own
+between them (``setattn.chem.values``); the reference here is RDKit's own
 per-descriptor functions (``rdkit.Chem.Descriptors.descList``), called in order on a
 fresh copy of the molecule, as the molecule model's descriptors were computed first.
 """
@@ -17,15 +17,10 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import Descriptors, GraphDescriptors
 from rdkit.Chem.EState import EState
 
+from setattn.chem.context import MolContext, atom_terms
+from setattn.chem.descriptors import descriptor_count, descriptor_functions, mol_descriptors
+from setattn.chem.values import SHARED_VALUES, balaban_j, bertz_ct, morgan_densities
 from setattn.datasets import DATASETS_DIR
-from setattn.domains.descriptor_fast import (
-    atom_terms,
-    bertz_ct,
-    estate_indices,
-    morgan_densities,
-)
-from setattn.domains.descriptor_lean import surface_functions
-from setattn.domains.descriptors import descriptor_count, descriptor_functions, mol_descriptors
 from setattn.domains.molecules import keep_largest_fragment
 
 NAMES = [name for name, _ in descriptor_functions()]
@@ -84,40 +79,45 @@ def test_equal_to_rdkit_on_bundled_molecules():
 @pytest.mark.parametrize("smiles", ["CCO", "c1ccccc1O", "CC(=O)[O-].[NH4+]", "[Na+]"])
 def test_estate_indices_equal_rdkit_bit_for_bit(smiles):
     mol = Chem.MolFromSmiles(smiles)  # several fragments too: pairs across them count 0
-    intrinsic, _, _, _ = atom_terms(mol)
-    np.testing.assert_array_equal(estate_indices(mol, intrinsic),
-                                  EState.EStateIndices(Chem.Mol(mol)))
+    np.testing.assert_array_equal(MolContext(mol).estate, EState.EStateIndices(Chem.Mol(mol)))
 
 
 def test_atom_terms_count_valence_and_radical_electrons():
     mol = Chem.MolFromSmiles("C[CH2].[NH4+]")
-    _, valence, radicals, _ = atom_terms(mol)
+    terms = atom_terms(mol)
+    valence, radicals = terms.valence, terms.radicals
     assert valence == Descriptors.NumValenceElectrons(mol) == 7 + 6 + 8  # CH3, CH2 and NH4+
     assert radicals == Descriptors.NumRadicalElectrons(mol) == 1
 
 
 def test_one_morgan_fingerprint_gives_the_three_densities():
     mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1")
-    assert morgan_densities(mol) == (Descriptors.FpDensityMorgan1(mol),
+    assert morgan_densities(MolContext(mol)) == (Descriptors.FpDensityMorgan1(mol),
                                      Descriptors.FpDensityMorgan2(mol),
                                      Descriptors.FpDensityMorgan3(mol))
 
 
-def test_bertz_and_the_surface_descriptors_equal_rdkit_bit_for_bit():
+def test_every_shared_value_equals_rdkit_bit_for_bit_on_a_fresh_parse():
     functions = dict(descriptor_functions())
+    assert set(SHARED_VALUES) <= set(functions)
     for smiles in ("CC(C)Cc1ccc(cc1)C(C)C(=O)O", "C", "C=CC#N", "[O-][N+](=O)c1ccccc1Cl"):
-        mol = Chem.MolFromSmiles(smiles)
-        assert bertz_ct(Chem.Mol(mol)) == GraphDescriptors.BertzCT(Chem.Mol(mol))
-        surface, areas = surface_functions(Chem.Mol(mol))
-        assert len(areas) == mol.GetNumAtoms()
-        for name, fn in surface.items():
-            assert fn(mol) == functions[name](Chem.MolFromSmiles(smiles)), (smiles, name)
+        context = MolContext(Chem.MolFromSmiles(smiles))
+        assert bertz_ct(context) == GraphDescriptors.BertzCT(Chem.MolFromSmiles(smiles))
+        for name, fn in SHARED_VALUES.items():
+            assert fn(context) == functions[name](Chem.MolFromSmiles(smiles)), (smiles, name)
 
 
 def test_balaban_j_equals_rdkit_bit_for_bit():
-    from setattn.domains.descriptor_fast import balaban_j
-
     for smiles in bundled_smiles(step=40) + EDGE_CASES:
         mol = molecule(smiles)
         if mol is not None:
-            assert balaban_j(Chem.Mol(mol)) == GraphDescriptors.BalabanJ(Chem.Mol(mol)), smiles
+            assert balaban_j(MolContext(Chem.Mol(mol))) == GraphDescriptors.BalabanJ(
+                Chem.Mol(mol)), smiles
+
+
+@pytest.mark.parametrize("kind", ["rdkit", "lean", "fast"])
+def test_no_rdkit_cache_on_the_molecule_is_written(kind):
+    mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1")
+    mol_descriptors(mol, kind=kind)
+    written = set(vars(mol))  # RDKit's own AvgIpc (rdkit set only) caches _adjMat
+    assert not written - {"_adjMat"} and (kind == "rdkit" or not written)

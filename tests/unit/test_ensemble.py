@@ -33,7 +33,7 @@ def data():
 @pytest.fixture(scope="module")
 def described():
     pytest.importorskip("rdkit")
-    from setattn.domains.descriptors import descriptor_count
+    from setattn.chem.descriptors import descriptor_count
 
     return [featurize(s, descriptor_count()) for s in SMILES]
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
+from setattn.chem.descriptors import descriptor_count
 from setattn.datasets import load_molecule_csv
-from setattn.domains.descriptors import descriptor_count
 from setattn.domains.fingerprints import count_fingerprint
 from setattn.domains.molecules import keep_largest_fragment, parse_smiles, rdkit_descriptors
 from setattn.molprop.batching import PackedMolecules, collate_molecules

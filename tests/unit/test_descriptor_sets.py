@@ -1,9 +1,10 @@
-"""The ``lean`` and ``fast`` descriptor sets: RDKit's values, fixed subsets, and widths
-that name them.
+"""The descriptor sets: named, fixed subsets of RDKit's, their values, and widths that
+name them.
 
 The reference is RDKit's own descriptor functions called on a freshly parsed molecule
-(the ring information a SMILES parse gives), so the shared intermediates of
-``descriptor_lean`` must give what RDKit gives, not only what the ``rdkit`` set gives.
+(the ring information a SMILES parse gives), so the shared intermediates
+(``setattn.chem.context``) must give what RDKit gives, not only what the ``rdkit`` set
+gives.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import numpy as np
 import pytest
 from rdkit import Chem, rdBase
 
-from setattn.datasets import DATASETS_DIR
-from setattn.domains.descriptor_atoms import additive_descriptors, descriptor_shares
-from setattn.domains.descriptor_lean import GRAPH_INDICES, LEFT_OUT, kept
-from setattn.domains.descriptors import (
+from setattn.chem.descriptors import (
     DESCRIPTOR_SETS,
+    GRAPH_INDICES,
     descriptor_count,
     descriptor_set,
+    descriptor_set_named,
     mol_descriptors,
     set_functions,
 )
+from setattn.chem.shares import additive_descriptors, descriptor_shares
+from setattn.datasets import DATASETS_DIR
 from setattn.domains.molecules import mol_to_data
 from setattn.molprop.config import SettingError, descriptor_dim
 from setattn.molprop.featurize import featurize
@@ -61,9 +63,9 @@ def test_the_sets_are_the_rdkit_set_less_the_slow_families():
     full = [name for name, _ in set_functions("rdkit")]
     fast = [name for name, _ in set_functions("fast")]
     lean = [name for name, _ in set_functions("lean")]
-    assert fast == [name for name in full if not name.startswith(LEFT_OUT["fast"])]
+    assert fast == [name for name in full if not name.startswith(("fr_", *GRAPH_INDICES))]
     assert lean == [name for name in full if not name.startswith(GRAPH_INDICES)]
-    assert len(fast) < len(lean) < len(full) and all(kept(name, "fast") for name in fast)
+    assert len(fast) < len(lean) < len(full)
     assert {"MolLogP", "TPSA", "SlogP_VSA1", "PEOE_VSA14", "MaxEStateIndex"} <= set(fast)
     assert not any(name.startswith("fr_") for name in fast)
     assert set(lean) - set(fast) == {name for name in full if name.startswith("fr_")}
@@ -85,6 +87,16 @@ def test_a_fragment_without_ring_information_gets_rdkit_ring_counts():
                                atol=1e-5)
 
 
+def test_a_set_is_found_by_its_name():
+    assert DESCRIPTOR_SETS == ("fast", "lean", "rdkit")
+    for kind in DESCRIPTOR_SETS:
+        found = descriptor_set_named(kind)
+        assert found.name == kind and found.width == len(found.names) == descriptor_count(kind)
+        assert found.names == [name for name, _ in set_functions(kind)]
+    with pytest.raises(ValueError, match="descriptor set must be one of"):
+        descriptor_set_named("all")
+
+
 def test_a_width_names_its_set_and_an_unknown_width_says_retrain():
     for kind in DESCRIPTOR_SETS:
         assert descriptor_set(descriptor_count(kind)) == kind
@@ -102,8 +114,10 @@ def test_featurize_computes_the_set_of_the_model_width():
     dim = descriptor_count("fast")
     data = featurize("CCOc1ccccc1", dim)
     assert data.descriptors.shape == (1, dim)
-    direct = mol_to_data("CCOc1ccccc1", descriptors="fast").descriptors
-    assert np.array_equal(data.descriptors.numpy(), direct.numpy())
+    direct = mol_to_data("CCOc1ccccc1", descriptors="fast", fingerprint=True)
+    assert np.array_equal(data.descriptors.numpy(), direct.descriptors.numpy())
+    assert np.array_equal(data.fingerprint.numpy(), direct.fingerprint.numpy())
+    assert "fingerprint" not in featurize("CCO"), "no descriptors: no fingerprint"
     assert np.array_equal(mol_to_data("CCO", descriptors=True).descriptors.numpy(),
                           mol_descriptors(Chem.MolFromSmiles("CCO")).numpy())
 
@@ -116,3 +130,9 @@ def test_fast_descriptors_split_over_atoms_add_up():
     np.testing.assert_allclose(shares.sum(axis=0), values, rtol=1e-5, atol=1e-6)
     names = additive_descriptors(mol, values, "fast")
     assert {"MolLogP", "TPSA", "LabuteASA"} <= set(names)
+
+
+def test_descriptors_and_the_fingerprint_are_asked_for_apart():
+    assert "fingerprint" not in mol_to_data("CCO", descriptors="fast")
+    only = mol_to_data("c1ccccc1O", fingerprint=True)
+    assert "descriptors" not in only and only.fingerprint.shape == (1, 2048)

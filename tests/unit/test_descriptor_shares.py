@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rdkit import Chem
-from rdkit.Chem import Crippen, rdMolDescriptors
+from rdkit import Chem, rdBase
+from rdkit.Chem import Crippen, Descriptors, rdMolDescriptors
+from test_descriptors import bundled_smiles, molecule
 
-from setattn.domains.descriptor_atoms import additive_descriptors, descriptor_shares
-from setattn.domains.descriptors import descriptor_functions, mol_descriptors
+from setattn.chem.descriptors import descriptor_functions, mol_descriptors
+from setattn.chem.fragments import FRAGMENT_SMARTS
+from setattn.chem.shares import additive_descriptors, descriptor_shares
 
 NAMES = [name for name, _ in descriptor_functions()]
 MOLECULES = ["CN(C)C(=O)c1ccc(cc1)OC", "OC(=O)c1ccccc1O", "c1ccc2ccccc2c1",
@@ -67,3 +69,19 @@ def test_the_common_additive_families_are_recognised():
                 "fr_benzene", "fr_amide", "SlogP_VSA1", "PEOE_VSA1", "EState_VSA1"}
     assert expected <= names
     assert len(names) > 150  # of the 206 descriptors
+
+
+def test_each_fragment_pattern_counts_what_rdkit_counts():
+    functions = dict(descriptor_functions())
+    assert {name for name in functions if name.startswith("fr_")} == set(FRAGMENT_SMARTS)
+    assert len(FRAGMENT_SMARTS) == len([n for n, _ in Descriptors.descList if n[:3] == "fr_"])
+    patterns = {name: Chem.MolFromSmarts(smarts) for name, smarts in FRAGMENT_SMARTS.items()}
+    for smiles in bundled_smiles(step=120):
+        mol = molecule(smiles)
+        if mol is None:
+            continue
+        with rdBase.BlockLogs():
+            Chem.FastFindRings(mol)
+        for name, pattern in patterns.items():
+            count = len(mol.GetSubstructMatches(pattern, uniquify=True))
+            assert count == functions[name](mol), (smiles, name)

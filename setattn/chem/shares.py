@@ -1,6 +1,6 @@
 """Descriptors split over atoms: how much of each RDKit descriptor each atom carries.
 
-Many of the molecule model's descriptors (``setattn.domains.descriptors``) are sums over
+Many of the molecule model's descriptors (``setattn.chem.descriptors``) are sums over
 atoms: Crippen logP and molar refractivity, TPSA, Labute's surface area, the VSA bins,
 atom and mass counts, substructure counts (``fr_*``) and ring counts. ``descriptor_shares``
 returns, for one molecule, an (N, F_desc) matrix whose column k is descriptor k's value
@@ -9,71 +9,72 @@ split evenly over its atoms). A descriptor that is not such a sum (topological i
 partial-charge extremes, fingerprint densities) has no atom decomposition and is split
 evenly over the atoms; ``additive_descriptors`` names the ones that are.
 
-Every column sums to the descriptor's value (checked against RDKit for each molecule:
-a split that does not add up to the value RDKit computes falls back to the even split),
-so an attribution to descriptor k carried over to atoms by these shares keeps its total.
+The atom contributions come from one ``MolContext`` of the molecule, the same
+intermediates the descriptors are computed from. Every column sums to the descriptor's
+value (checked for each molecule: a split that does not add up to the value falls back
+to the even split), so an attribution to descriptor k carried over to atoms by these
+shares keeps its total.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable
+import functools
+from collections.abc import Sequence
 
 import numpy as np
 from rdkit import Chem, rdBase
-from rdkit.Chem import rdMolDescriptors, rdPartialCharges
+from rdkit.Chem import MolSurf, rdMolDescriptors
+from rdkit.Chem.EState import EState_VSA
 
-from setattn.domains.descriptors import set_functions
+from setattn.chem.context import MolContext
+from setattn.chem.descriptors import descriptor_set_named
+from setattn.chem.fragments import FRAGMENT_SMARTS
 
 __all__ = ["additive_descriptors", "descriptor_shares"]
 
 _TOLERANCE = 1e-3  # a split that misses the descriptor's value by more than this is refused
 
 
-def _crippen(mol: Chem.Mol) -> np.ndarray:
+def _crippen(c: MolContext) -> np.ndarray:
     """(N, 2) Crippen logP and MR contributions, each atom's hydrogens folded in."""
-    with_h = Chem.AddHs(mol)
-    contribs = np.array(rdMolDescriptors._CalcCrippenContribs(with_h))  # (N + H, 2)
-    out = contribs[: mol.GetNumAtoms()].copy()  # (N, 2)
-    for atom in with_h.GetAtoms():
-        if atom.GetIdx() >= mol.GetNumAtoms():
-            out[atom.GetNeighbors()[0].GetIdx()] += contribs[atom.GetIdx()]
+    n = c.mol.GetNumAtoms()
+    out = c.crippen[:n].copy()  # (N, 2)
+    for atom in c.with_hydrogens.GetAtoms():
+        if atom.GetIdx() >= n:
+            out[atom.GetNeighbors()[0].GetIdx()] += c.crippen[atom.GetIdx()]
     return out
 
 
-def _labute(mol: Chem.Mol) -> np.ndarray:
+def _hydrogens(mol: Chem.Mol) -> np.ndarray:
+    """(N,) float64 hydrogen count of each atom."""
+    return np.array([a.GetTotalNumHs() for a in mol.GetAtoms()], dtype=np.float64)
+
+
+def _labute(c: MolContext) -> np.ndarray:
     """(N,) Labute ASA per atom, the hydrogens' share given by hydrogen count."""
-    atoms, h_total = rdMolDescriptors._CalcLabuteASAContribs(mol)
-    hs = np.array([a.GetTotalNumHs() for a in mol.GetAtoms()], dtype=np.float64)  # (N,)
+    atoms, h_total = c.labute
+    hs = _hydrogens(c.mol)  # (N,)
     h_share = hs / hs.sum() * h_total if hs.sum() else np.zeros_like(hs)
-    return np.array(list(atoms)) + h_share
+    return atoms + h_share
 
 
-def _binned(values: np.ndarray, weights: np.ndarray, bins: list[float]) -> np.ndarray:
-    """(N, B + 1): atom i puts its weight into the bin its value falls in (RDKit's rule)."""
+def _per_atom(values: np.ndarray, weights: np.ndarray, bins: Sequence[float]) -> np.ndarray:
+    """(N, B + 1): atom i puts its weight into the bin its value falls in (RDKit's rule,
+    ``bisect.bisect_right``)."""
     out = np.zeros((len(values), len(bins) + 1))
-    for i, (v, w) in enumerate(zip(values, weights)):
-        out[i, bisect.bisect_right(bins, v)] = w
+    out[np.arange(len(values)), np.searchsorted(bins, values, side="right")] = weights
     return out
 
 
-def _vsa_families(mol: Chem.Mol) -> dict[str, np.ndarray]:
+def _vsa_families(c: MolContext) -> dict[str, np.ndarray]:
     """Every VSA bin descriptor as an (N,) split, by family name + bin number."""
-    from rdkit.Chem import MolSurf
-    from rdkit.Chem.EState import EState_VSA, EStateIndices
-
-    heavy = np.array(rdMolDescriptors._CalcCrippenContribs(mol))  # (N, 2), no hydrogens
-    asa = np.array(list(rdMolDescriptors._CalcLabuteASAContribs(mol)[0]))  # (N,)
-    estate = np.asarray(EStateIndices(mol))  # (N,)
-    charged = Chem.Mol(mol)
-    rdPartialCharges.ComputeGasteigerCharges(charged)
-    charges = np.array([a.GetDoubleProp("_GasteigerCharge") for a in charged.GetAtoms()])
+    heavy, asa = c.crippen[:c.mol.GetNumAtoms()], c.labute[0]  # (N, 2), (N,)
     families = {
-        "SlogP_VSA": _binned(heavy[:, 0], asa, MolSurf.logpBins),
-        "SMR_VSA": _binned(heavy[:, 1], asa, MolSurf.mrBins),
-        "PEOE_VSA": _binned(np.nan_to_num(charges), asa, MolSurf.chgBins),
-        "EState_VSA": _binned(estate, asa, EState_VSA.estateBins),
-        "VSA_EState": _binned(asa, estate, EState_VSA.vsaBins),
+        "SlogP_VSA": _per_atom(heavy[:, 0], asa, MolSurf.logpBins),
+        "SMR_VSA": _per_atom(heavy[:, 1], asa, MolSurf.mrBins),
+        "PEOE_VSA": _per_atom(np.nan_to_num(c.charges), asa, MolSurf.chgBins),
+        "EState_VSA": _per_atom(c.estate, asa, EState_VSA.estateBins),
+        "VSA_EState": _per_atom(asa, c.estate, EState_VSA.vsaBins),
     }
     return {f"{name}{b + 1}": split[:, b] for name, split in families.items()
             for b in range(split.shape[1])}
@@ -83,7 +84,7 @@ def _counts(mol: Chem.Mol) -> dict[str, np.ndarray]:
     """Atom counts and masses as (N,) splits."""
     table = Chem.GetPeriodicTable()
     z = np.array([a.GetAtomicNum() for a in mol.GetAtoms()])  # (N,)
-    hs = np.array([a.GetTotalNumHs() for a in mol.GetAtoms()], dtype=np.float64)  # (N,)
+    hs = _hydrogens(mol)  # (N,)
     h_mass, h_exact = table.GetAtomicWeight(1), table.GetMostCommonIsotopeMass(1)
     mass = np.array([a.GetMass() for a in mol.GetAtoms()])  # (N,)
     exact = np.array([table.GetMostCommonIsotopeMass(int(n)) if a.GetIsotope() == 0
@@ -101,6 +102,12 @@ def _counts(mol: Chem.Mol) -> dict[str, np.ndarray]:
         "ExactMolWt": exact + hs * h_exact,
         "NumValenceElectrons": valence + hs,
     }
+
+
+@functools.cache
+def _pattern(name: str) -> Chem.Mol:
+    """The query of the ``fr_*`` descriptor ``name`` (``FRAGMENT_SMARTS``)."""
+    return Chem.MolFromSmarts(FRAGMENT_SMARTS[name])
 
 
 def _substructure_split(mol: Chem.Mol, pattern: Chem.Mol) -> np.ndarray:
@@ -139,22 +146,16 @@ def _ring_splits(mol: Chem.Mol) -> dict[str, np.ndarray]:
     return kinds
 
 
-def _splits(mol: Chem.Mol) -> dict[str, np.ndarray]:
-    """Candidate (N,) splits by descriptor name (checked against RDKit's values later)."""
-    crippen = _crippen(mol)
+def _splits(c: MolContext) -> dict[str, np.ndarray]:
+    """Candidate (N,) splits by descriptor name (checked against the values later)."""
+    crippen = _crippen(c)
     splits = {"MolLogP": crippen[:, 0], "MolMR": crippen[:, 1],
-              "TPSA": np.array(list(rdMolDescriptors._CalcTPSAContribs(mol))),
-              "LabuteASA": _labute(mol)}
-    splits.update(_vsa_families(mol))
-    splits.update(_counts(mol))
-    splits.update(_ring_splits(mol))
+              "TPSA": np.array(list(rdMolDescriptors._CalcTPSAContribs(c.mol))),
+              "LabuteASA": _labute(c)}
+    splits.update(_vsa_families(c))
+    splits.update(_counts(c.mol))
+    splits.update(_ring_splits(c.mol))
     return splits
-
-
-def _pattern(fn: Callable) -> Chem.Mol | None:
-    """The SMARTS pattern an ``fr_*`` descriptor counts (RDKit keeps it as a default)."""
-    defaults = getattr(fn, "__defaults__", None) or ()
-    return next((d for d in defaults if isinstance(d, Chem.Mol)), None)
 
 
 def descriptor_shares(mol: Chem.Mol, values: np.ndarray, kind: str = "rdkit"
@@ -162,10 +163,11 @@ def descriptor_shares(mol: Chem.Mol, values: np.ndarray, kind: str = "rdkit"
     """Each descriptor's value split over the atoms of ``mol``.
 
     Args:
-        mol: the molecule the descriptors were computed from; a copy gets the ring
-            information ``mol_descriptors`` gives it (``Chem.FastFindRings``).
+        mol: the molecule (N atoms) the descriptors were computed from; a copy gets the
+            ring information ``mol_descriptors`` gives the ``rdkit`` set
+            (``Chem.FastFindRings``).
         values: (F_desc,) the descriptors as the model sees them (``mol_descriptors``).
-        kind: the descriptor set of ``values`` ("fast", "lean" or "rdkit").
+        kind: the descriptor set of ``values`` (one of ``DESCRIPTOR_SETS``).
 
     Returns:
         shares (N, F_desc) whose column k sums to ``values[k]``, and F_desc flags saying
@@ -175,13 +177,12 @@ def descriptor_shares(mol: Chem.Mol, values: np.ndarray, kind: str = "rdkit"
     with rdBase.BlockLogs():
         mol = Chem.Mol(mol)
         Chem.FastFindRings(mol)  # the rings mol_descriptors counts
-        splits = _splits(mol)
-        functions = set_functions(kind)
+        splits = _splits(MolContext(mol))
+        names = descriptor_set_named(kind).names
         shares = np.tile(np.asarray(values, dtype=np.float64) / n, (n, 1))  # (N, F) even
-        additive = [False] * len(functions)
-        for k, (name, fn) in enumerate(functions):
-            pattern = _pattern(fn) if name.startswith("fr_") else None
-            split = _substructure_split(mol, pattern) if pattern is not None \
+        additive = [False] * len(names)
+        for k, name in enumerate(names):
+            split = _substructure_split(mol, _pattern(name)) if name in FRAGMENT_SMARTS \
                 else splits.get(name)
             if split is None or abs(split.sum() - values[k]) > _TOLERANCE * max(
                     1.0, abs(float(values[k]))):
@@ -196,4 +197,4 @@ def additive_descriptors(mol: Chem.Mol, values: np.ndarray, kind: str = "rdkit"
                          ) -> list[str]:
     """Names of the descriptors ``descriptor_shares`` splits over atoms for ``mol``."""
     _, additive = descriptor_shares(mol, values, kind)
-    return [name for (name, _), a in zip(set_functions(kind), additive) if a]
+    return [name for name, a in zip(descriptor_set_named(kind).names, additive) if a]
