@@ -22,7 +22,7 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,16 @@ DATA_FILE = "data.csv"
 """The CSV that ``fit`` writes into the run directory (the run's ``--data``)."""
 
 _NOT_OPTIONS = NOT_OPTIONS  # set by fit, or keywords of their own
-_smiles_list = as_smiles  # SMILES, RDKit Mols, a pandas Series, a NumPy array
+
+
+def _smiles_list(items: Any, name: str) -> list[str]:
+    """``as_smiles`` (SMILES, RDKit Mols, a pandas Series, a NumPy array); a mapping is
+    refused: iterating it would predict its keys."""
+    if isinstance(items, Mapping):
+        raise TypeError(f"argument {name}: a {type(items).__name__} is not a list of SMILES "
+                        f"(its keys would be read as the molecules); pass list(d.values()) "
+                        f"or list(d)")
+    return as_smiles(items, name)
 
 
 def _targets(y: Any, rows: int, name: str) -> np.ndarray:
