@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from setattn.domains.atom_notes import molecule_note
+from setattn.domains.errors import short_smiles
 from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.explain import METHODS
 from setattn.molprop.checkpoint import load_run
@@ -184,14 +185,15 @@ class ModelService:
         if target is None:
             return 0
         if target not in self.targets:
-            raise ValueError(f"target {target!r} is not a target of this model "
+            raise ValueError(f"target {short_smiles(target, 40)} is not a target of this model "
                              f"({', '.join(self.targets)})")
         return self.targets.index(target)
 
     def check_method(self, method: str) -> None:
         """Raise a ValueError naming the usable methods if ``method`` is not one."""
         if method not in METHODS:
-            raise ValueError(f"method {method!r} is not one of {', '.join(self.methods)}")
+            raise ValueError(f"method {short_smiles(method, 40)} is not one of "
+                             f"{', '.join(self.methods)}")
         if method not in self.methods:
             raise ValueError(f"method {method!r} cannot explain this model (its output is "
                              f"not a sum of per-atom terms); use one of "

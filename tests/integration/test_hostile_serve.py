@@ -61,6 +61,10 @@ def test_invalid_json_and_long_input_are_422_without_an_echo(server):
     assert status == 422 and result["detail"][0]["type"] == "json_invalid"
     status, _, result = _raw(server, "/predict", json.dumps({"smiles": "C" * 100_000}))
     assert status == 422 and len(json.dumps(result)) < 500  # the string is cut, not echoed
+    for field in ("method", "target"):
+        status, result = post_json(server, "/explain", {"smiles": ["C"], field: "x" * 100_000})
+        assert status == 422 and "100,000 characters" in result["detail"]
+        assert len(result["detail"]) < 300
 
 
 def test_characters_rdkit_would_drop_are_row_errors_and_echo_safely(server):
