@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from setattn.domains.errors import short_smiles
 from setattn.domains.smiles_text import CHARS_PER_HEAVY_ATOM
+from setattn.files import json_safe
 from setattn.molprop.explain import DEFAULT_METHOD
 from setattn.serve.body import BodyLimit, csv_smiles
 from setattn.serve.page import page_html
@@ -49,10 +50,11 @@ RETRY_AFTER_SECONDS = 2
 
 class AsciiJSONResponse(JSONResponse):
     """JSON as ASCII (``\\u`` escapes), so that any string a client sent, a lone
-    surrogate included, can be echoed; no NaN (an error, not invalid JSON)."""
+    surrogate included, can be echoed; NaN and infinities as null (``json_safe``: a
+    card's undefined metric), never invalid JSON."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False,
+        return json.dumps(json_safe(content), ensure_ascii=True, allow_nan=False,
                           separators=(",", ":")).encode("ascii")
 
 

@@ -103,6 +103,13 @@ def test_a_huge_smiles_is_refused_unread_and_unechoed(server):
     assert status == 422 and "10,000 characters" in result["detail"]
 
 
+def test_an_undefined_metric_on_the_card_is_null_not_a_500(run):
+    with serving(run) as (url, service):
+        service.card["test"] = {"roc_auc": float("nan"), "rmse": 1.0}
+        status, _, text = request(url, "GET", "/model")
+    assert status == 200 and json.loads(text)["test"] == {"roc_auc": None, "rmse": 1.0}
+
+
 def test_a_dict_of_smiles_is_422(server):
     status, result = post_json(server, "/predict", {"smiles": {"a": "CCO"}})
     assert status == 422 and result["detail"][0]["loc"] == ["body", "smiles"]
