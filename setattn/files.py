@@ -1,16 +1,56 @@
-"""Writing files so that readers never see half of one; JSON without NaN."""
+"""Writing files so that readers never see half of one; JSON without NaN.
+
+``atomic_open`` writes a temporary file beside the target and renames it over the
+target, so the target must be a regular file or a new name: ``check_output_target``
+refuses a device (``/dev/full``), a FIFO, a socket or a symbolic link, which the rename
+would replace by a regular file; ``atomic_open`` checks again as it opens. A write
+that fails (a full disk) names the file.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "json_safe", "write_json"]
+__all__ = ["atomic_open", "check_output_target", "json_safe", "write_json"]
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+
+
+def check_output_target(path: str | Path, argument: str = "--output") -> Path:
+    """``path`` as a file that ``atomic_open`` may write: a new name, or a regular file.
+
+    Raises:
+        ValueError: naming ``argument`` and what ``path`` is when it is a symbolic link
+            (the rename would replace the link, not the file it points to; its target is
+            named), a device, a FIFO, a socket or a directory.
+    """
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as err:
+        raise ValueError(f"argument {argument}: cannot inspect {path} ({err.strerror})") \
+            from None
+    if stat.S_ISLNK(mode):
+        raise ValueError(f"argument {argument}: {path} is a symbolic link (to "
+                         f"{os.readlink(path)}); the file written would replace the link, "
+                         f"so give the file's own path or another name")
+    for test, kind in _KINDS:
+        if test(mode):
+            raise ValueError(f"argument {argument}: {path} is {kind}, not a regular file; "
+                             f"setattn writes a new file and renames it into place, which "
+                             f"would replace it; give a file name")
+    return path
 
 
 @contextmanager
@@ -20,7 +60,8 @@ def atomic_open(path: str | Path, mode: str = "w", *, sync: bool = True,
 
     Readers see the old file or the complete new one, never half a file; if the
     block raises (or the process dies), ``path`` is untouched and the temporary
-    file is removed (or left as a dot file).
+    file is removed (or left as a dot file). An ``OSError`` that names no file (a
+    write to a full disk) is raised again naming ``path``.
 
     Args:
         path: the file to write.
@@ -29,8 +70,12 @@ def atomic_open(path: str | Path, mode: str = "w", *, sync: bool = True,
             it survives a power loss too; False for files cheap to lose (a log rewritten
             every epoch): a crashed process still leaves the old or the new file whole.
         kwargs: passed to ``open`` (e.g. ``encoding``, ``newline``).
+
+    Raises:
+        ValueError: if ``path`` is a symbolic link, a device, a FIFO, a socket or a
+            directory (``check_output_target``).
     """
-    path = Path(path)
+    path = check_output_target(path, "path")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -40,6 +85,12 @@ def atomic_open(path: str | Path, mode: str = "w", *, sync: bool = True,
             if sync:
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is not None:
+            raise
+        # a failed write (a full disk) names no file: name the one being written
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

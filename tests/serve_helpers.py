@@ -59,16 +59,25 @@ def serving(run: Path, **limits) -> Iterator[tuple[str, object]]:
 
 
 def request(url: str, method: str, path: str, body: bytes | None = None,
-            content_type: str = "application/json", timeout: float = 120
-            ) -> tuple[int, str, str]:
+            content_type: str = "application/json", timeout: float = 120,
+            headers: dict[str, str] | None = None) -> tuple[int, str, str]:
     """(status, content type, body text) of one HTTP request to ``url`` + ``path``."""
+    status, response_headers, text = exchange(url, method, path, body, content_type,
+                                              timeout, headers)
+    return status, response_headers.get("content-type", ""), text
+
+
+def exchange(url: str, method: str, path: str, body: bytes | None = None,
+             content_type: str = "application/json", timeout: float = 120,
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    """(status, response headers by lower-case name, body text) of one HTTP request."""
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
-        headers = {"Content-Type": content_type} if body is not None else {}
-        connection.request(method, path, body=body, headers=headers)
+        sent = {"Content-Type": content_type} if body is not None else {}
+        connection.request(method, path, body=body, headers={**sent, **(headers or {})})
         response = connection.getresponse()
-        return (response.status, response.getheader("content-type", ""),
+        return (response.status, {k.lower(): v for k, v in response.getheaders()},
                 response.read().decode("utf-8"))
     finally:
         connection.close()

@@ -33,7 +33,7 @@ from setattn.cli.train import cmd_train
 from setattn.molprop.checkpoint import CheckpointError
 from setattn.molprop.config import SettingError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "entry", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,3 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"with: setattn train --output-dir {args.output_dir} --resume",
                   file=sys.stderr)
         return 130
+
+
+def entry() -> None:
+    """The ``setattn`` program (and ``python -m setattn.cli``): ``main``, then the end of
+    the process (``process.exit_process``: a server's at once)."""
+    process.exit_process(main())

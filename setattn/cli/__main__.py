@@ -1,7 +1,5 @@
 """``python -m setattn.cli`` (and ``torchrun ... -m setattn.cli``) runs the command."""
 
-import sys
+from setattn.cli import entry
 
-from setattn.cli import main
-
-sys.exit(main())
+entry()

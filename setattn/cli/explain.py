@@ -20,6 +20,7 @@ from tqdm import tqdm
 from setattn.datasets.files import read_column
 from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError
+from setattn.files import check_output_target
 from setattn.molprop.checkpoint import check_output_file, load_run, run_file_paths
 from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
 from setattn.molprop.ensemble import Ensemble
@@ -63,6 +64,15 @@ def check_explain_folder(out: Path) -> None:
         raise ValueError(f"argument --output: {out} holds {', '.join(taken[:5])}{more}, "
                          f"which explain would replace, and is not a folder explain wrote "
                          f"(no {EXPLAIN_MARKER} in it); choose a new or empty folder")
+
+
+def _check_folder_targets(out: Path) -> None:
+    """Each file of ``out`` that ``explain --data`` would write is a regular file (a FIFO
+    would hang the command, a link or device would be written through)."""
+    if out.is_dir():
+        for entry in sorted(out.iterdir()):
+            if _explain_writes(entry.name):
+                check_output_target(entry)
 
 
 def _target(args: argparse.Namespace, targets: list[str]) -> int:
@@ -158,8 +168,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for name in TABLE_FILES:  # none may replace an input (the CSV explained, a record)
             check_output_file(Path(args.output) / name, inputs)
         check_explain_folder(Path(args.output))
+        _check_folder_targets(Path(args.output))
     else:
         check_output_file(args.output, inputs)  # a trailing "/" is seen
+        check_output_target(args.output)  # a device, FIFO or link would be replaced
     ensemble, meta = load_run(args.model)
     args.max_heavy_atoms = meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
     targets = list(meta["target_columns"])

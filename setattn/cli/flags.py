@@ -153,8 +153,11 @@ class ServeFlags:
         port: the TCP port.
         max_molecules: SMILES per /predict request.
         max_explain: SMILES per /explain request.
-        max_body_bytes: bytes of one request's body.
-        workers: threads predicting and explaining at once.
+        max_body_bytes: bytes of one request's body (and of a compressed one, expanded).
+        workers: processes predicting and explaining at once.
+        budget_seconds: the time one request may take before its work is stopped.
+        max_waiting: requests that may wait for a worker (more: 503).
+        max_heavy_atoms: the largest molecule a request may hold (None: the run's).
         num_threads: torch CPU threads.
     """
 
@@ -166,8 +169,21 @@ class ServeFlags:
                                 type=int, metavar="N", bounds=Range(1))
     max_explain: int = option(20, "most SMILES in one /explain request", type=int,
                               metavar="N", bounds=Range(1))
-    max_body_bytes: int = option(2_000_000, "largest request body in bytes (more: 413)",
+    max_body_bytes: int = option(2_000_000, "largest request body in bytes, and largest "
+                                 "size a gzip body or file may expand to (more: 413)",
                                  type=int, metavar="BYTES", bounds=Range(1))
-    workers: int = option(2, "threads predicting and explaining at once; further requests "
-                          "wait their turn", type=int, bounds=Range(1))
+    workers: int = option(2, "worker processes predicting and explaining at once "
+                          "(explanations hold at most half of them); further requests wait "
+                          "their turn", type=int, bounds=Range(1))
+    budget_seconds: float = option(30.0, "time one request may take, its wait for a worker "
+                                   "included; then its work is stopped (422, or 503 if it "
+                                   "was still waiting); so is the work of a client that "
+                                   "leaves", type=float, metavar="S",
+                                   bounds=Range(0, low_open=True, finite=True))
+    max_waiting: int = option(32, "requests that may wait for a worker at once (more: 503 "
+                              "with Retry-After)", type=int, metavar="N", bounds=Range(1))
+    max_heavy_atoms: int | None = option(
+        None, "largest molecule a request may hold; a SMILES too long for it is refused "
+        f"unread (default: the run's setting, {MAX_HEAVY_ATOMS} unless it set another)",
+        type=int, metavar="N", bounds=Range(1))
     num_threads: int = _threads()

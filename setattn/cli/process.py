@@ -7,18 +7,22 @@ its own, so it sets what suits molecule training on a shared CPU.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 __all__ = ["DEFAULT_THREADS", "GRACE_SECONDS", "end_on_sigterm", "end_when_stuck",
-           "keep_freed_memory", "one_thread", "set_up"]
+           "exit_process", "hold_signal_handlers", "keep_freed_memory", "one_thread",
+           "remove_generated_modules", "set_up"]
 
 DEFAULT_THREADS = 1
 """torch CPU threads unless ``--num-threads`` says otherwise: molecule batches are small
@@ -71,6 +75,12 @@ ends it outright."""
 _WATCHED: list[threading.Thread] = []  # the watchdog of this process, once started
 
 
+def _first_start(started: list[threading.Thread]) -> bool:
+    """Whether to start a process-wide thread now: none started yet (``started``), and
+    this is the main thread (only it may set signal handling)."""
+    return not started and threading.current_thread() is threading.main_thread()
+
+
 def _forget_wakeup() -> None:
     """In a forked child: signals there are the child's own, not this watchdog's."""
     try:
@@ -111,10 +121,8 @@ def end_when_stuck() -> bool:
     Returns:
         Whether a watchdog runs (started now or before).
     """
-    if _WATCHED:
-        return True
-    if threading.current_thread() is not threading.main_thread():
-        return False
+    if not _first_start(_WATCHED):
+        return bool(_WATCHED)
     read, write = os.pipe()
     os.set_blocking(write, False)
     previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
@@ -131,9 +139,137 @@ def end_when_stuck() -> bool:
     return True
 
 
+_HELD: list[threading.Thread] = []  # the signal keeper of this process, once started
+_HOLD_SECONDS = 0.2  # how often the keeper looks
+_SIG_DFL, _SIG_IGN = 0, 1  # the C handler values of signal.h
+
+
+def _c_handlers(signums: tuple[int, ...]) -> dict[int, ctypes.Array] | None:
+    """Each signal's C-level ``struct sigaction``, as opaque bytes (None without libc's
+    ``sigaction``)."""
+    try:
+        sigaction = ctypes.CDLL(None, use_errno=True).sigaction
+    except (OSError, AttributeError):
+        return None
+    handlers = {}
+    for signum in signums:
+        buffer = ctypes.create_string_buffer(512)  # larger than any libc's struct
+        if sigaction(signum, None, buffer) != 0:
+            return None
+        handlers[signum] = buffer
+    return handlers
+
+
+def _handler_address(action: ctypes.Array) -> int:
+    """The handler of a ``struct sigaction`` (its first field on Linux and macOS)."""
+    return ctypes.c_void_p.from_buffer(action).value or 0
+
+
+def _hold(saved: dict[int, ctypes.Array]) -> None:
+    """Put back the saved C handler of each signal whenever a foreign one replaced it."""
+    sigaction = ctypes.CDLL(None, use_errno=True).sigaction
+    ours = {signum: _handler_address(action) for signum, action in saved.items()}
+    while True:
+        time.sleep(_HOLD_SECONDS)
+        now = _c_handlers(tuple(saved))
+        if now is None:
+            return
+        for signum, action in now.items():
+            if _handler_address(action) not in (ours[signum], _SIG_DFL, _SIG_IGN):
+                sigaction(signum, saved[signum], None)
+
+
+def hold_signal_handlers() -> bool:
+    """Keep Python's own SIGINT and SIGTERM handling installed.
+
+    RDKit's substructure search installs a SIGINT handler of its own while it runs and
+    puts back the one it found; two searches in two threads at once leave RDKit's in
+    place, after which Ctrl-C never reaches Python again. A daemon thread looks every
+    ``_HOLD_SECONDS`` and puts Python's handler back when a foreign one (neither
+    Python's nor the default or ignore) replaced it; a signal that arrived in between
+    is lost, the next one is not. Call it from the main thread after the handlers are
+    set; nothing is done elsewhere or without libc's ``sigaction``.
+
+    Returns:
+        Whether the keeper runs (started now or before).
+    """
+    if not _first_start(_HELD):
+        return bool(_HELD)
+    saved = _c_handlers((signal.SIGINT, signal.SIGTERM))
+    if saved is None:
+        return False
+    thread = threading.Thread(target=_hold, args=(saved,), name="setattn-signals", daemon=True)
+    thread.start()
+    _HELD.append(thread)
+    return True
+
+
+_CLEANUP: list[int] = []  # the process whose exit removes PyG's files, once registered
+
+_GENERATED = ("_propagate", "_edge_updater")
+"""The endings of the modules PyG writes from its jinja templates (``torch_geometric.
+template.module_from_template``): one ``<module>_<class>_propagate_*.py`` file in the
+temporary folder per message-passing class, never removed by PyG."""
+
+
+def remove_generated_modules(pid: int | None = None) -> list[Path]:
+    """Remove the temporary files of PyG's generated modules that this process wrote.
+
+    A module is PyG's when its name ends in ``_GENERATED`` and its file lies in the
+    temporary folder named after it; the module stays loaded (its code is compiled),
+    only the file goes.
+
+    Args:
+        pid: do nothing unless this is the current process's id (an exit handler
+            inherited by a forked child leaves the parent's files alone).
+
+    Returns:
+        The files removed.
+    """
+    if pid is not None and pid != os.getpid():
+        return []
+    folder = Path(tempfile.gettempdir()).resolve()
+    removed = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not name.endswith(_GENERATED) or not file:
+            continue
+        path = Path(file)
+        if path.parent.resolve() == folder and path.name.startswith(f"{name}_") \
+                and path.suffix == ".py":
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+    return removed
+
+
 def one_thread() -> None:
     """A worker process's set-up: one torch thread, so N workers use N cores."""
     torch.set_num_threads(1)
+
+
+_ENDS_AT_ONCE: list[str] = []  # the command set up, when its process ends at once
+
+
+def exit_process(status: int) -> None:
+    """End the ``setattn`` program with ``status``.
+
+    A server's process ends at once once ``serve`` returns (its workers are ended, it
+    wrote no file): the interpreter's own clean-up of torch and PyG takes seconds more
+    (2 to 3 on a busy machine), which Ctrl-C should not wait for. The streams are
+    flushed and PyG's generated files removed first. Other commands end as Python does.
+    """
+    if not _ENDS_AT_ONCE:
+        sys.exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    remove_generated_modules()
+    os._exit(status)
 
 
 def set_up(command: str, num_threads: int) -> None:
@@ -147,7 +283,13 @@ def set_up(command: str, num_threads: int) -> None:
     # the sparse engine uses torch's CSR kernels on purpose; their "beta" notice is noise
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     end_on_sigterm()
+    hold_signal_handlers()
+    if not _CLEANUP:  # once per process, whatever the number of commands it runs
+        atexit.register(remove_generated_modules, os.getpid())
+        _CLEANUP.append(os.getpid())
     if command in ("train", "predict", "explain"):  # serve ends as its server decides
         end_when_stuck()
     if command == "train":
         keep_freed_memory()
+    if command == "serve":
+        _ENDS_AT_ONCE.append(command)

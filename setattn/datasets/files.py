@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["CSV_SUFFIXES", "CsvFile", "PathLike", "as_list", "check_columns", "check_encoding",
-           "existing_file", "file_sha256", "open_csv", "open_text", "parse_target", "quotable",
-           "read_column"]
+__all__ = ["CSV_SUFFIXES", "CsvFile", "ExpandedTooLarge", "PathLike", "as_list",
+           "check_columns", "check_encoding", "existing_file", "file_sha256", "open_csv",
+           "open_text", "parse_target", "quotable", "read_column"]
 
 PathLike = str | Path
 
@@ -73,12 +73,52 @@ def check_encoding(encoding: str | None, argument: str = "--encoding") -> str | 
     return encoding
 
 
-def _binary(path: Path) -> io.BufferedReader:
-    """The file's bytes, decompressed when it starts like a gzip file."""
+class ExpandedTooLarge(ValueError):
+    """A compressed file that expands past the limit it is read with.
+
+    Attributes:
+        limit: the most bytes it may expand to.
+    """
+
+    def __init__(self, path: Path, limit: int) -> None:
+        super().__init__(f"{path.name}: expands to more than {limit:,} bytes, the limit "
+                         f"of what is read")
+        self.limit = limit
+
+
+class _Capped(io.RawIOBase):
+    """A stream that raises ``ExpandedTooLarge`` once more than ``limit`` bytes came
+    through it (counted as they are read, so the excess is never held)."""
+
+    def __init__(self, stream: IO[bytes], limit: int, path: Path) -> None:
+        super().__init__()
+        self._stream, self._limit, self._path, self._count = stream, limit, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        count = self._stream.readinto(buffer)
+        self._count += count
+        if self._count > self._limit:
+            raise ExpandedTooLarge(self._path, self._limit)
+        return count
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+def _binary(path: Path, max_bytes: int | None = None) -> io.BufferedReader:
+    """The file's bytes, decompressed when it starts like a gzip file (at most
+    ``max_bytes`` of them once decompressed, else ``ExpandedTooLarge``)."""
     raw = open(path, "rb")
-    if raw.peek(2)[:2] == _GZIP_MAGIC:
-        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"))  # closes raw too
-    return raw
+    if raw.peek(2)[:2] != _GZIP_MAGIC:
+        return raw
+    expanded = gzip.GzipFile(fileobj=raw, mode="rb")  # closes raw too
+    if max_bytes is not None:
+        return io.BufferedReader(_Capped(expanded, max_bytes, path))
+    return io.BufferedReader(expanded)
 
 
 def _text_encoding(head: bytes, encoding: str | None) -> str:
@@ -91,15 +131,18 @@ def _text_encoding(head: bytes, encoding: str | None) -> str:
     return "utf-8-sig"
 
 
-def open_text(path: Path, encoding: str | None = None) -> IO[str]:
+def open_text(path: Path, encoding: str | None = None,
+              max_bytes: int | None = None) -> IO[str]:
     """Open a text file for reading: gzip decompressed (by content), BOM dropped.
 
     Args:
         path: the file.
         encoding: its encoding; None reads UTF-8, or UTF-16 when the file starts with
             a UTF-16 byte-order mark.
+        max_bytes: the most bytes a compressed file may expand to (None: no limit);
+            reading past them raises ``ExpandedTooLarge``.
     """
-    binary = _binary(path)
+    binary = _binary(path, max_bytes)
     try:
         head = binary.peek(4)[:4]
     except _READ_ERRORS as err:
@@ -195,8 +238,8 @@ def _records(reader, path: Path, encoding: str | None) -> Iterator[list[str]]:
 
 
 @contextmanager
-def open_csv(path: PathLike, encoding: str | None = None,
-             argument: str = "--data") -> Iterator[CsvFile]:
+def open_csv(path: PathLike, encoding: str | None = None, argument: str = "--data",
+             max_bytes: int | None = None) -> Iterator[CsvFile]:
     """Open a CSV file with a header line, whatever its everyday dialect.
 
     Accepts gzip (by content), a UTF-8 or UTF-16 byte-order mark, and comma, semicolon
@@ -206,16 +249,18 @@ def open_csv(path: PathLike, encoding: str | None = None,
         path: the file.
         encoding: its text encoding (None: UTF-8, or UTF-16 with its BOM).
         argument: the argument that named it, for a missing file.
+        max_bytes: the most bytes a compressed file may expand to (None: no limit).
 
     Yields:
         A ``CsvFile``.
 
     Raises:
         FileNotFoundError: if ``path`` is not a file (naming ``argument``).
-        ValueError: naming the file and line if it cannot be decoded or parsed.
+        ValueError: naming the file and line if it cannot be decoded or parsed;
+            ``ExpandedTooLarge`` past ``max_bytes``.
     """
     path = existing_file(path, argument)
-    with open_text(path, encoding) as handle:
+    with open_text(path, encoding, max_bytes) as handle:
         try:
             head = list(itertools.islice(handle, _SNIFF_LINES))
         except _READ_ERRORS as err:

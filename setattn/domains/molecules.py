@@ -55,6 +55,7 @@ from setattn.chem.descriptors import DescriptorTimeout, mol_descriptors
 from setattn.domains.errors import InvalidSmilesError, MoleculeSkippedError, short_smiles
 from setattn.domains.fingerprints import count_fingerprint
 from setattn.domains.isotopes import strip_isotopes
+from setattn.domains.smiles_text import check_smiles_text, parse_failure_reason
 
 __all__ = [
     "ATOM_FEATURE_DIM",
@@ -177,26 +178,16 @@ def bond_feature_names() -> list[str]:
 # ----------------------------------------------------------------------------
 
 
-def _parse_failure_reason(smiles: str) -> str:
-    """Explain why RDKit rejected ``smiles`` (only called on the slow error path)."""
-    with rdBase.BlockLogs():
-        mol = Chem.MolFromSmiles(smiles, sanitize=False)
-        if mol is None:
-            return "SMILES syntax error"
-        try:
-            Chem.SanitizeMol(mol)
-        except Exception as err:  # RDKit raises several exception types here
-            return f"{type(err).__name__}: {str(err).strip()}"
-    return "RDKit could not parse it"
-
-
-def parse_smiles(smiles: str, *, row: int | None = None, source: str | None = None) -> Chem.Mol:
+def parse_smiles(smiles: str, *, row: int | None = None, source: str | None = None,
+                 max_heavy_atoms: int | None = None) -> Chem.Mol:
     """Parse a SMILES string into a sanitised RDKit molecule.
 
     Args:
         smiles: the SMILES string; surrounding whitespace is ignored.
         row: the file row it came from, carried into the error.
         source: the file name it came from, carried into the error.
+        max_heavy_atoms: refuse, unread, a SMILES too long for this size limit
+            (``check_smiles_text``).
 
     Returns:
         The RDKit molecule (hydrogens implicit, isotopes set to the plain element:
@@ -204,16 +195,18 @@ def parse_smiles(smiles: str, *, row: int | None = None, source: str | None = No
 
     Raises:
         InvalidSmilesError: if the string is empty, holds whitespace inside (RDKit
-            would take the rest as a name), or RDKit cannot parse or sanitise it; the
-            message carries the SMILES, the row and the reason.
+            would take the rest as a name) or a character RDKit would drop or ignore
+            (``check_smiles_text``), or RDKit cannot parse or sanitise it; the message
+            carries the SMILES, the row and the reason.
     """
+    check_smiles_text(smiles, row=row, source=source, max_heavy_atoms=max_heavy_atoms)
     text = smiles.strip()
     if not text:
         raise InvalidSmilesError(smiles, "empty SMILES", row=row, source=source)
     with rdBase.BlockLogs():  # keep RDKit's parse errors off stderr; we raise instead
         mol = Chem.MolFromSmiles(text)
     if mol is None:
-        raise InvalidSmilesError(smiles, _parse_failure_reason(text), row=row, source=source)
+        raise InvalidSmilesError(smiles, parse_failure_reason(text), row=row, source=source)
     if any(c.isspace() for c in text):  # RDKit reads "C CO" as methane named "CO"
         raise InvalidSmilesError(smiles, f"whitespace inside the SMILES (RDKit would read "
                                  f"only {text.split()[0]!r})", row=row, source=source)
@@ -384,8 +377,8 @@ def _distance_flat(mol: Chem.Mol) -> torch.Tensor:
 _MASS = re.compile(r"\[\d")
 
 
-def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | None
-                ) -> tuple[Chem.Mol, str, bool, bool, bool]:
+def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | None,
+                max_heavy_atoms: int | None = None) -> tuple[Chem.Mol, str, bool, bool, bool]:
     """(mol, smiles, has_dot, has_chirality, has_stereo) of ``mol_to_data``'s input.
 
     Cheap text checks let the featurisers skip slow RDKit calls whose answer is known:
@@ -394,7 +387,8 @@ def _read_input(smiles_or_mol: str | Chem.Mol, row: int | None, source: str | No
     """
     if isinstance(smiles_or_mol, str):
         smiles = smiles_or_mol
-        mol = parse_smiles(smiles, row=row, source=source)  # isotopes stripped
+        mol = parse_smiles(smiles, row=row, source=source,  # isotopes stripped
+                           max_heavy_atoms=max_heavy_atoms)
         return mol, smiles, "." in smiles, "@" in smiles, "/" in smiles or "\\" in smiles
     if isinstance(smiles_or_mol, Chem.Mol):
         if smiles_or_mol.GetNumAtoms() == 0:
@@ -467,7 +461,8 @@ def mol_to_data(
     if graph not in ("bonds", "complete"):
         raise ValueError(f"graph must be 'bonds' or 'complete', got {graph!r}")
     start = time.perf_counter()
-    mol, smiles, has_dot, has_chirality, has_stereo = _read_input(smiles_or_mol, row, source)
+    mol, smiles, has_dot, has_chirality, has_stereo = _read_input(smiles_or_mol, row, source,
+                                                                  max_heavy_atoms)
     if largest_fragment and has_dot:
         mol = keep_largest_fragment(mol)
     _check_size(mol, smiles, max_heavy_atoms, row, source)

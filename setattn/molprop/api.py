@@ -22,7 +22,7 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,10 @@ def as_smiles(items: Any, name: str) -> list[str]:
     """
     if isinstance(items, str | Chem.Mol):
         return [_one_smiles(items, name, 0)]
+    if isinstance(items, Mapping):
+        raise TypeError(f"argument {name}: a {type(items).__name__} is not a list of SMILES "
+                        f"(its keys would be read as the molecules); pass list(d.values()) "
+                        f"or list(d)")
     if hasattr(items, "to_numpy"):  # pandas: a Series, or a DataFrame of one column
         items = items.to_numpy()
     if isinstance(items, np.ndarray):

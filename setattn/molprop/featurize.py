@@ -46,6 +46,7 @@ from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import (
     InvalidSmilesError,
     MoleculeSkippedError,
+    check_smiles_text,
     mol_to_data,
     short_smiles,
 )
@@ -101,6 +102,8 @@ def featurize(smiles: str, descriptor_dim: int = 0, *, row: int | None = None,
         ValueError: if this RDKit computes another number of descriptors than the model's.
     """
     kind = descriptor_set(descriptor_dim)
+    # before any RDKit call (``needs_worker`` reads it): foreign characters, lengths
+    check_smiles_text(smiles, row=row, source=source, max_heavy_atoms=max_heavy_atoms)
 
     def work() -> Data:
         return mol_to_data(smiles, descriptors=kind, fingerprint=kind is not None, row=row,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -69,15 +70,17 @@ def _legend(card: dict, members: int) -> str:
     return "; ".join(parts) + "."
 
 
-def page_html(card: dict, limits: ServeLimits) -> str:
-    """The whole page for a model's ``card`` (``setattn.serve.card.model_card``)."""
-    methods = "".join(f"<option{' selected' if m == DEFAULT_METHOD else ''}>"
-                      f"{html.escape(m)}</option>" for m in METHODS)
+def page_html(card: dict, limits: ServeLimits, methods: Sequence[str] = METHODS) -> str:
+    """The whole page for a model's ``card`` (``setattn.serve.card.model_card``),
+    offering the explanation ``methods`` that can work for it
+    (``setattn.serve.service.usable_methods``)."""
+    options = "".join(f"<option{' selected' if m == DEFAULT_METHOD else ''}>"
+                      f"{html.escape(m)}</option>" for m in methods)
     values = {"title": html.escape(f"setattn: {card['name']} ({', '.join(card['targets'])})"),
               "smiles_column": html.escape(card["smiles_column"]),
               "max_molecules": str(limits.max_molecules),
               "max_explain": str(limits.max_explain), "card": card_html(card),
-              "legend": html.escape(_legend(card, card["members"])), "methods": methods}
+              "legend": html.escape(_legend(card, card["members"])), "methods": options}
     page = _template()
     for name, value in values.items():
         page = page.replace("{{" + name + "}}", value)

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import codecs
 import csv
+import errno
 import gzip
 import hashlib
 import io
 import json
 import os
+import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from molecule_runs import TINY, freesolv_slice, read_csv, run, subprocess_env
@@ -436,3 +440,114 @@ def test_single_class_test_part_reports_roc_auc_as_undefined(tmp_path, capsys):
     assert metrics["test"]["roc_auc"] is None
     assert metrics["test"]["roc_auc_undefined"] == reason
     assert metrics["test"]["per_task"]["active"]["roc_auc_undefined"] == reason
+
+
+# ----------------------------------------------------------------------------
+# Outputs that are not regular files; text RDKit would read otherwise
+# ----------------------------------------------------------------------------
+
+
+def _special(folder: Path, kind: str, suffix: str) -> tuple[Path, str]:
+    """A special file of ``kind`` in ``folder`` (a device: /dev/full's numbers; where
+    this user cannot make one, /dev/full itself, which it cannot replace either) and
+    the words its refusal names."""
+    path = folder / f"{kind}{suffix}"
+    if kind == "device":
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        except PermissionError:
+            path = Path("/dev/full")
+        return path, "is a character device"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, "is a FIFO"
+    if kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        server.close()  # the socket file stays
+        return path, "is a socket"
+    (folder / f"real{suffix}").write_text("the user's file\n")
+    path.symlink_to(folder / f"real{suffix}")
+    return path, "is a symbolic link (to"
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "socket", "symlink"])
+def test_outputs_that_are_special_files_are_refused_before_any_work(tmp_path, capsys,
+                                                                     model, kind):
+    data = freesolv_slice(tmp_path / "fs.csv", 10)
+    for command, suffix in (["predict", "--data", data], ".csv"), \
+            (["explain", "--smiles", "CCO"], ".png"):
+        target, words = _special(tmp_path, kind, suffix)
+        mode = os.lstat(target).st_mode
+        status, out, err = run([command[0], "--model", model, *command[1:], "--output",
+                                target], capsys)
+        _refused(status, err, f"argument --output: {target}", words)
+        assert "wrote" not in out and "drawn" not in out
+        assert stat.S_IFMT(os.lstat(target).st_mode) == stat.S_IFMT(mode)  # not replaced
+        if kind == "symlink":
+            assert (tmp_path / f"real{suffix}").read_text() == "the user's file\n"
+
+
+def test_explain_into_a_folder_holding_a_fifo_is_refused(tmp_path, capsys, model):
+    data = freesolv_slice(tmp_path / "fs.csv", 5)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".setattn-explain").write_text("{}\n")  # a folder explain wrote before
+    os.mkfifo(out / "atoms.csv")
+    reader = os.open(out / "atoms.csv", os.O_RDWR | os.O_NONBLOCK)  # never blocks a writer
+    try:
+        status, _, err = run(["explain", "--model", model, "--data", data, "--output", out],
+                             capsys)
+    finally:
+        os.close(reader)
+    _refused(status, err, "atoms.csv is a FIFO")
+    assert stat.S_ISFIFO(os.lstat(out / "atoms.csv").st_mode)
+
+
+def test_a_full_disk_names_the_file(tmp_path, capsys, model, monkeypatch):
+    data = freesolv_slice(tmp_path / "fs.csv", 10)
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    out = tmp_path / "preds.csv"
+    status, _, err = run(["predict", "--model", model, "--data", data, "--output", out],
+                         capsys)
+    _refused(status, err, f"{out}: No space left on device")
+    assert not out.exists() and not list(tmp_path.glob(".preds.csv.*"))
+
+
+TEXT_ROWS = {"C\U0001F600": "U+1F600", "CCO\x00": "U+0000", "CCO\u200b": "U+200B",
+             "c1ccccc1\0": "U+0000", "C\ue000": "U+E000", "CC\u0378": "U+0378",
+             "C\x7f": "U+007F"}
+"""SMILES that RDKit reads as the molecule before their last character, and the code
+point each error must name."""
+
+
+def test_characters_rdkit_would_drop_are_row_errors(tmp_path, capsys, model):
+    data = _write(tmp_path / "odd.csv", [["smiles"], *([s] for s in TEXT_ROWS), ["CCO"]])
+    out = tmp_path / "p.csv"
+    status, _, err = run(["predict", "--model", model, "--data", data, "--output", out],
+                         capsys)
+    assert status == 0, err
+    rows = read_csv(out)
+    assert [r["smiles"] for r in rows] == [*TEXT_ROWS, "CCO"]
+    for row, point in zip(rows, TEXT_ROWS.values()):
+        assert row["expt"] == "" and f"character {point} (" in row["error"], row
+    assert rows[-1]["expt"] != "" and rows[-1]["error"] == ""
+
+
+def test_the_api_refuses_a_dict_and_makes_a_lone_surrogate_a_row_error(model):
+    from setattn.molprop import MoleculePredictor
+
+    predictor = MoleculePredictor.load(model, verbose=False)
+    with pytest.raises(TypeError, match="argument smiles: a dict is not a list of SMILES"):
+        predictor.predict({"a": "CCO"})
+    values = predictor.predict(["\ud800", "CCO", "C" * 2_000_000])
+    assert np.isnan(values[0]).all() and np.isfinite(values[1]).all()
+    assert np.isnan(values[2]).all()
+    (first, reason_1), (third, reason_3) = [(i, m) for i, _, m in predictor.errors]
+    assert (first, third) == (0, 2)
+    assert "U+D800 (a lone surrogate" in reason_1
+    assert "2,000,000 characters" in reason_3 and "not read" in reason_3

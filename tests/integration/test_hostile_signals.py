@@ -68,3 +68,34 @@ def test_a_forked_childs_sigterm_never_ends_the_parent():
         process.kill()
     assert process.returncode == 0, err
     assert "parent still running" in out
+
+
+RDKIT_THREADS = """
+import os, signal, sys, threading, time
+from rdkit import Chem
+from setattn.cli import process
+process.set_up("predict", 1)
+mol, pattern = Chem.MolFromSmiles("c1ccccc1" * 30), Chem.MolFromSmarts("[#6]~[#6]~[#6]")
+def search():
+    for _ in range(30):
+        mol.GetSubstructMatches(pattern, maxMatches=100000)
+threads = [threading.Thread(target=search) for _ in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+time.sleep(0.5)  # the keeper looks every 0.2 s
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(3)
+    print("not interrupted", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_rdkit_searches_in_threads_leave_ctrl_c_to_the_command():
+    """Two substructure searches at once leave RDKit's SIGINT handler installed (each
+    puts back the one it found); the command's keeper puts Python's back."""
+    out = subprocess.run([sys.executable, "-c", RDKIT_THREADS], env=subprocess_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "interrupted", out.stderr
