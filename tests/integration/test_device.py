@@ -13,7 +13,7 @@ import torch
 from molecule_runs import freesolv_slice, read_csv, run, train_tiny
 
 from setattn.cli import predict as cli_predict
-from setattn.molprop import checkpoint, distributed
+from setattn.molprop import checkpoint, config, distributed
 from setattn.molprop.config import TrainConfig
 
 TIMES = ("wall_time_s", "train_seconds")
@@ -72,25 +72,25 @@ def test_cuda_without_cuda_is_an_error_naming_the_flag(command, data, tmp_path, 
 
 
 def test_device_values():
-    assert distributed.resolve_device("cpu") == torch.device("cpu")
+    assert config.resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="^device must be auto, cpu, cuda or cuda:N"):
-        distributed.resolve_device("gpu:0")
+        config.resolve_device("gpu:0")
     with pytest.raises(ValueError, match="^device must be"):
-        distributed.resolve_device("cuda:")
+        config.resolve_device("cuda:")
 
 
 def test_auto_and_cuda_indices(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert distributed.resolve_device("auto") == torch.device("cpu")
+    assert config.resolve_device("auto") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    assert distributed.resolve_device("auto") == torch.device("cuda", 0)
-    assert distributed.resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert config.resolve_device("auto") == torch.device("cuda", 0)
+    assert config.resolve_device("cuda:1") == torch.device("cuda", 1)
     monkeypatch.setenv("LOCAL_RANK", "1")  # torchrun's second process on this machine
-    assert distributed.resolve_device("cuda") == torch.device("cuda", 1)
+    assert config.resolve_device("cuda") == torch.device("cuda", 1)
     with pytest.raises(ValueError, match="cuda:2: there are only 2 CUDA device"):
-        distributed.resolve_device("cuda:2")
+        config.resolve_device("cuda:2")
 
 
 def test_workers_need_the_cpu(data, tmp_path, capsys, monkeypatch):

@@ -16,14 +16,14 @@ from setattn.molprop.network import MoleculeNetwork
     {"hidden": 16, "heads": 4, "layers": 3, "global_layers": 2, "max_hops": 5},
 ])
 def test_parameter_count_is_the_models(settings):
-    config = NetworkConfig(**settings, conv="gatv2")  # the larger of the two layers
-    model = MoleculeNetwork(config)
+    network = NetworkConfig(**settings, conv="gatv2")  # the larger of the two layers
+    model = MoleculeNetwork(network)
     actual = sum(t.numel() for t in [*model.parameters(), *model.buffers()])
     assert config.parameter_count(
-        config.hidden, config.layers, num_tasks=config.num_tasks,
-        descriptor_dim=config.descriptor_dim,
-        layer_norm=config.norm == "layer", global_layers=config.global_layers,
-        heads=config.heads, max_hops=config.max_hops) == actual
+        network.hidden, network.layers, num_tasks=network.num_tasks,
+        descriptor_dim=network.descriptor_dim,
+        layer_norm=network.norm == "layer", global_layers=network.global_layers,
+        heads=network.heads, max_hops=network.max_hops) == actual
     # GAT layers (the default) have fewer parameters than GATv2's: the count is an upper bound
     gat = MoleculeNetwork(NetworkConfig(**settings))
     assert gat.config.conv == "gat"
