@@ -32,10 +32,20 @@ from rdkit import rdBase
 from torch import Tensor
 from torch_geometric.data import Data
 
+from setattn.domains.atom_notes import molecule_note
+from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.files import atomic_open
 from setattn.molprop.batching import pack, unpack
-from setattn.molprop.config import FEATURIZE_SECONDS
-from setattn.molprop.featurize import FEATURIZER_VERSION, cache_dir, content_checksum
+from setattn.molprop.config import FEATURIZE_SECONDS, MAX_HEAVY_ATOMS
+from setattn.molprop.conformal import ENSEMBLE
+from setattn.molprop.ensemble import Ensemble
+from setattn.molprop.featurize import (
+    FEATURIZER_VERSION,
+    cache_dir,
+    content_checksum,
+    featurize,
+    one_blas_thread,
+)
 
 __all__ = ["chunk_key", "load_featurised", "load_outputs", "model_digest", "outputs_key",
            "save_featurised", "save_outputs"]
@@ -156,3 +166,103 @@ def save_outputs(key: str, outputs: Outputs) -> None:
     mean, std, u, messages = outputs
     _save(folder / "outputs" / f"{key[:32]}.pt", key,
           {"mean": mean, "std": std, "u": u, "messages": messages})
+
+
+def _message(err: InvalidSmilesError) -> str:
+    """The ``error`` cell of a row left without predictions."""
+    if isinstance(err, MoleculeSkippedError):
+        return f"skipped: {err.reason}"
+    return f"invalid SMILES: {err.reason}"
+
+
+def featurise_chunk(smiles: Sequence[str], descriptor_dim: int, first_row: int, source: str,
+                     max_heavy_atoms: int) -> tuple[list, list[int], list[str]]:
+    """The chunk's molecules, the offsets of the SMILES they came from, and one message
+    per SMILES ("", "note: ..." or why it has no molecule)."""
+    data, ok, messages = [], [], []
+    with one_blas_thread():
+        for offset, text in enumerate(smiles):
+            try:
+                data.append(featurize(text, descriptor_dim, row=first_row + offset,
+                                      source=source, max_heavy_atoms=max_heavy_atoms))
+                ok.append(offset)
+                note = molecule_note(text)
+                messages.append(f"note: {note}" if note else "")
+            except InvalidSmilesError as err:
+                messages.append(_message(err))
+    return data, ok, messages
+
+
+Outputs = tuple[Tensor, Tensor, Tensor, list[str]]
+"""A chunk's predictions: mean (M, T), std (M, T), intervals' ``u`` (M, T), messages."""
+
+
+@torch.no_grad()
+def predict_chunk(ensemble: Ensemble, smiles: Sequence[str], first_row: int, source: str,
+                   max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE,
+                   digest: str | None = None) -> Outputs:
+    """Predictions for one chunk of SMILES; with ``digest`` (the ensemble's
+    ``model_digest``), its featurisation and its predictions are read from
+    and written to the feature cache.
+
+    Returns:
+        mean (M, T) and std (M, T) over the members and the intervals' ``u`` (M, T) of a
+        calibration of ``kind`` (``Ensemble.interval_spread``; ``std`` itself for
+        ``ENSEMBLE``), NaN rows where the SMILES failed; and one message per SMILES: ""
+        when it was predicted as written, "note: ..." when predicted with a remark
+        (``atom_notes.molecule_note``: several fragments, the largest one; isotopes
+        stripped; dummy atoms or elements the model has not seen), else why it was not
+        ("invalid SMILES: ..." or "skipped: ...").
+    """
+    dim = ensemble.descriptor_dim
+    if digest is None or not smiles:
+        return chunk_outputs(ensemble, featurise_chunk(smiles, dim, first_row, source,
+                                                         max_heavy_atoms), len(smiles), kind)
+    key = outputs_key(smiles, dim, max_heavy_atoms, digest, kind)
+    cached = load_outputs(key)
+    if cached is not None:
+        return cached
+    features_key = chunk_key(smiles, dim, max_heavy_atoms)
+    featurised = load_featurised(features_key)
+    if featurised is None:
+        featurised = featurise_chunk(smiles, dim, first_row, source, max_heavy_atoms)
+        save_featurised(features_key, featurised, dim)
+    outputs = chunk_outputs(ensemble, featurised, len(smiles), kind)
+    save_outputs(key, outputs)
+    return outputs
+
+
+def chunk_outputs(ensemble: Ensemble, featurised: tuple[list, list[int], list[str]],
+                   rows: int, kind: str) -> Outputs:
+    """``predict_chunk``'s result from a chunk's featurisation (``rows`` SMILES)."""
+    data, ok, errors = featurised
+    # the chunk's output table: on the CPU, where the ensemble returns its rows
+    mean = torch.full((rows, ensemble.num_tasks), float("nan"), device="cpu")  # (M, T)
+    std = torch.full((rows, ensemble.num_tasks), float("nan"), device="cpu")  # (M, T)
+    u = std.clone()  # (M, T)
+    if data:
+        index = torch.tensor(ok, device="cpu")  # (M_ok,)
+        mean[index], std[index] = ensemble.spread(data)
+        u[index] = ensemble.interval_spread(data, std[index], kind)
+    return mean, std, u, errors
+
+
+def as_arrays(outputs: Outputs) -> tuple:
+    """A chunk's outputs with numpy arrays, which travel back from a worker as plain
+    bytes (torch would share tensors through file descriptors that end with it)."""
+    mean, std, u, messages = outputs
+    return mean.numpy(), std.numpy(), u.numpy(), messages
+
+
+def from_arrays(result: tuple) -> Outputs:
+    mean, std, u, messages = result
+    return torch.from_numpy(mean), torch.from_numpy(std), torch.from_numpy(u), messages
+
+
+def worker_chunk(ensemble: Ensemble, source: str, max_heavy_atoms: int, kind: str,
+                  digest: str, task: tuple[int, list[str]]) -> tuple[list[str], tuple]:
+    """One (first row, SMILES) task of ``predict_csv``: the SMILES and their outputs as
+    arrays (``as_arrays``; the same in a worker process and in this one)."""
+    first_row, smiles = task
+    return smiles, as_arrays(predict_chunk(ensemble, smiles, first_row, source,
+                                             max_heavy_atoms, kind, digest))

@@ -9,7 +9,7 @@ are read from the feature cache (``setattn.molprop.chunk_cache``) where it holds
 
 ::
 
-    predict_csv -> _predict_chunk -> chunk_cache (load) -> featurize -> Ensemble
+    predict_csv -> predict_chunk -> chunk_cache (load) -> featurize -> Ensemble
                                   -> chunk_cache (save) -> prediction_rows -> the CSV
 """
 
@@ -25,15 +25,18 @@ import torch
 from torch import Tensor
 
 from setattn.datasets.files import check_columns, open_csv
-from setattn.domains.atom_notes import molecule_note
-from setattn.domains.molecules import InvalidSmilesError, MoleculeSkippedError
 from setattn.files import atomic_open
 from setattn.molprop import chunk_cache
 from setattn.molprop.checkpoint import check_output_file
+from setattn.molprop.chunk_cache import (
+    Outputs,
+    from_arrays,
+    predict_chunk,
+    worker_chunk,
+)
 from setattn.molprop.config import MAX_HEAVY_ATOMS, check_prediction_columns, prediction_columns
 from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.ensemble import Ensemble
-from setattn.molprop.featurize import featurize, one_blas_thread
 from setattn.molprop.workers import fork_map
 
 __all__ = ["BLOCK_ROWS", "CHUNK_ROWS", "free_cores", "predict_csv", "predict_interval",
@@ -73,83 +76,14 @@ def _read_chunks(records: Iterator[list[str]], size: int) -> Iterator[list[list[
         yield chunk
 
 
-def _message(err: InvalidSmilesError) -> str:
-    """The ``error`` cell of a row left without predictions."""
-    if isinstance(err, MoleculeSkippedError):
-        return f"skipped: {err.reason}"
-    return f"invalid SMILES: {err.reason}"
 
 
-def _featurise_chunk(smiles: Sequence[str], descriptor_dim: int, first_row: int, source: str,
-                     max_heavy_atoms: int) -> tuple[list, list[int], list[str]]:
-    """The chunk's molecules, the offsets of the SMILES they came from, and one message
-    per SMILES ("", "note: ..." or why it has no molecule)."""
-    data, ok, messages = [], [], []
-    with one_blas_thread():
-        for offset, text in enumerate(smiles):
-            try:
-                data.append(featurize(text, descriptor_dim, row=first_row + offset,
-                                      source=source, max_heavy_atoms=max_heavy_atoms))
-                ok.append(offset)
-                note = molecule_note(text)
-                messages.append(f"note: {note}" if note else "")
-            except InvalidSmilesError as err:
-                messages.append(_message(err))
-    return data, ok, messages
 
 
-Outputs = tuple[Tensor, Tensor, Tensor, list[str]]
-"""A chunk's predictions: mean (M, T), std (M, T), intervals' ``u`` (M, T), messages."""
 
 
-@torch.no_grad()
-def _predict_chunk(ensemble: Ensemble, smiles: Sequence[str], first_row: int, source: str,
-                   max_heavy_atoms: int = MAX_HEAVY_ATOMS, kind: str = ENSEMBLE,
-                   digest: str | None = None) -> Outputs:
-    """Predictions for one chunk of SMILES; with ``digest`` (the ensemble's
-    ``chunk_cache.model_digest``), its featurisation and its predictions are read from
-    and written to the feature cache.
-
-    Returns:
-        mean (M, T) and std (M, T) over the members and the intervals' ``u`` (M, T) of a
-        calibration of ``kind`` (``Ensemble.interval_spread``; ``std`` itself for
-        ``ENSEMBLE``), NaN rows where the SMILES failed; and one message per SMILES: ""
-        when it was predicted as written, "note: ..." when predicted with a remark
-        (``atom_notes.molecule_note``: several fragments, the largest one; isotopes
-        stripped; dummy atoms or elements the model has not seen), else why it was not
-        ("invalid SMILES: ..." or "skipped: ...").
-    """
-    dim = ensemble.descriptor_dim
-    if digest is None or not smiles:
-        return _chunk_outputs(ensemble, _featurise_chunk(smiles, dim, first_row, source,
-                                                         max_heavy_atoms), len(smiles), kind)
-    key = chunk_cache.outputs_key(smiles, dim, max_heavy_atoms, digest, kind)
-    cached = chunk_cache.load_outputs(key)
-    if cached is not None:
-        return cached
-    chunk_key = chunk_cache.chunk_key(smiles, dim, max_heavy_atoms)
-    featurised = chunk_cache.load_featurised(chunk_key)
-    if featurised is None:
-        featurised = _featurise_chunk(smiles, dim, first_row, source, max_heavy_atoms)
-        chunk_cache.save_featurised(chunk_key, featurised, dim)
-    outputs = _chunk_outputs(ensemble, featurised, len(smiles), kind)
-    chunk_cache.save_outputs(key, outputs)
-    return outputs
 
 
-def _chunk_outputs(ensemble: Ensemble, featurised: tuple[list, list[int], list[str]],
-                   rows: int, kind: str) -> Outputs:
-    """``_predict_chunk``'s result from a chunk's featurisation (``rows`` SMILES)."""
-    data, ok, errors = featurised
-    # the chunk's output table: on the CPU, where the ensemble returns its rows
-    mean = torch.full((rows, ensemble.num_tasks), float("nan"), device="cpu")  # (M, T)
-    std = torch.full((rows, ensemble.num_tasks), float("nan"), device="cpu")  # (M, T)
-    u = std.clone()  # (M, T)
-    if data:
-        index = torch.tensor(ok, device="cpu")  # (M_ok,)
-        mean[index], std[index] = ensemble.spread(data)
-        u[index] = ensemble.interval_spread(data, std[index], kind)
-    return mean, std, u, errors
 
 
 def predict_spread(ensemble: Ensemble, smiles: Sequence[str], kind: str = ENSEMBLE
@@ -174,7 +108,7 @@ def predict_spread(ensemble: Ensemble, smiles: Sequence[str], kind: str = ENSEMB
     Raises:
         ValueError: if ``kind`` is unknown, or is ``KERNEL`` without a kernel part.
     """
-    return _predict_chunk(ensemble, list(smiles), 0, "smiles", kind=kind)
+    return predict_chunk(ensemble, list(smiles), 0, "smiles", kind=kind)
 
 
 def predict_smiles(ensemble: Ensemble, smiles: Sequence[str]
@@ -202,25 +136,10 @@ def predict_interval(ensemble: Ensemble, smiles: Sequence[str], calibration: Cal
     return mean, lower, upper, errors
 
 
-def _as_arrays(outputs: Outputs) -> tuple:
-    """A chunk's outputs with numpy arrays, which travel back from a worker as plain
-    bytes (torch would share tensors through file descriptors that end with it)."""
-    mean, std, u, messages = outputs
-    return mean.numpy(), std.numpy(), u.numpy(), messages
 
 
-def _from_arrays(result: tuple) -> Outputs:
-    mean, std, u, messages = result
-    return torch.from_numpy(mean), torch.from_numpy(std), torch.from_numpy(u), messages
 
 
-def _worker_chunk(ensemble: Ensemble, source: str, max_heavy_atoms: int, kind: str,
-                  digest: str, task: tuple[int, list[str]]) -> tuple[list[str], tuple]:
-    """One (first row, SMILES) task of ``predict_csv``: the SMILES and their outputs as
-    arrays (``_as_arrays``; the same in a worker process and in this one)."""
-    first_row, smiles = task
-    return smiles, _as_arrays(_predict_chunk(ensemble, smiles, first_row, source,
-                                             max_heavy_atoms, kind, digest))
 
 
 def _cell(value: float) -> str:
@@ -279,10 +198,10 @@ def predict_csv(ensemble: Ensemble, targets: Sequence[str], data: str | Path,
             kind = calibration.spread if calibration is not None else ENSEMBLE
             if kind == KERNEL and workers > 1:  # the posterior std's factor, before the fork
                 ensemble.kernel.descriptor.posterior_factor()
-            work = partial(_worker_chunk, ensemble, source, max_heavy_atoms, kind,
+            work = partial(worker_chunk, ensemble, source, max_heavy_atoms, kind,
                            chunk_cache.model_digest(ensemble))
             for smiles, result in fork_map(work, tasks, workers, worker_init):
-                mean, std, u, messages = _from_arrays(result)
+                mean, std, u, messages = from_arrays(result)
                 writer.writerows(prediction_rows(smiles, mean, std, u, messages,
                                                  several, calibration))
                 counts["rows"] += len(smiles)
@@ -329,7 +248,7 @@ def predict_table(ensemble: Ensemble, targets: Sequence[str],
                                 calibration is not None)
     smiles = list(smiles)
     kind = calibration.spread if calibration is not None else ENSEMBLE
-    mean, std, u, messages = _predict_chunk(ensemble, smiles, 0, source, max_heavy_atoms, kind)
+    mean, std, u, messages = predict_chunk(ensemble, smiles, 0, source, max_heavy_atoms, kind)
     return header, prediction_rows(smiles, mean, std, u, messages, len(ensemble) > 1,
                                    calibration)
 

@@ -13,7 +13,7 @@ import torch
 from molecule_runs import freesolv_slice, read_csv, run, train_tiny
 
 from setattn.cli import predict as cli_predict
-from setattn.molprop import checkpoint, config, distributed
+from setattn.molprop import checkpoint, config
 from setattn.molprop.config import TrainConfig
 
 TIMES = ("wall_time_s", "train_seconds")

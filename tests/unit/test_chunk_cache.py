@@ -11,7 +11,7 @@ import torch
 
 from setattn.chem.descriptors import descriptor_count
 from setattn.molprop import chunk_cache, predict
-from setattn.molprop.predict import _featurise_chunk
+from setattn.molprop.chunk_cache import featurise_chunk
 
 SMILES = ["CCO", "not a smiles", "c1ccccc1O", "CC(=O)[O-].[Na+]"]
 
@@ -19,7 +19,7 @@ SMILES = ["CCO", "not a smiles", "c1ccccc1O", "CC(=O)[O-].[Na+]"]
 def counted(smiles, calls, dim=0):
     def featurise():
         calls.append(1)
-        return _featurise_chunk(smiles, dim, 0, "test.csv", 300)
+        return featurise_chunk(smiles, dim, 0, "test.csv", 300)
     return featurise
 
 
@@ -119,21 +119,21 @@ def test_predictions_come_back_only_for_the_same_models(tmp_path, monkeypatch):
     digest, other_digest = chunk_cache.model_digest(models), chunk_cache.model_digest(other)
     assert digest == chunk_cache.model_digest(_tiny_models(0)) != other_digest
     calls = []
-    real = predict._chunk_outputs
+    real = chunk_cache.chunk_outputs
 
     def counting(*args):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(predict, "_chunk_outputs", counting)
-    cold = predict._predict_chunk(models, SMILES, 0, "test.csv", digest=digest)
-    warm = predict._predict_chunk(models, SMILES, 0, "test.csv", digest=digest)
+    monkeypatch.setattr(chunk_cache, "chunk_outputs", counting)
+    cold = chunk_cache.predict_chunk(models, SMILES, 0, "test.csv", digest=digest)
+    warm = chunk_cache.predict_chunk(models, SMILES, 0, "test.csv", digest=digest)
     assert len(calls) == 1 and len(list((tmp_path / "outputs").glob("*.pt"))) == 1
     for a, b in zip(cold[:3], warm[:3]):
         assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
     assert cold[3] == warm[3] and cold[3][1].startswith("invalid SMILES")
-    fresh = predict._predict_chunk(other, SMILES, 0, "test.csv", digest=other_digest)
+    fresh = chunk_cache.predict_chunk(other, SMILES, 0, "test.csv", digest=other_digest)
     assert len(calls) == 2 and not torch.equal(fresh[0][0], cold[0][0])
     assert len(entries(tmp_path)) == 1  # the featurisation was shared by both models
-    alone = predict._predict_chunk(other, SMILES, 0, "test.csv")
+    alone = chunk_cache.predict_chunk(other, SMILES, 0, "test.csv")
     assert torch.equal(alone[0][0], fresh[0][0])

@@ -169,8 +169,8 @@ def test_featurising_keeps_numpy_blas_at_one_thread(monkeypatch):
     import numpy as np
     from threadpoolctl import threadpool_info
 
+    from setattn.molprop import chunk_cache
     from setattn.molprop import featurize as featurize_module
-    from setattn.molprop import predict
 
     def blas_threads():
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
@@ -182,9 +182,9 @@ def test_featurising_keeps_numpy_blas_at_one_thread(monkeypatch):
         seen.append(blas_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(predict, "featurize", spy)
+    monkeypatch.setattr(chunk_cache, "featurize", spy)
     monkeypatch.setattr(featurize_module, "featurize", spy)
-    predict._featurise_chunk(["CCO", "c1ccccc1"], 0, 0, "x.csv", 300)
+    chunk_cache.featurise_chunk(["CCO", "c1ccccc1"], 0, 0, "x.csv", 300)
     featurize_module._featurize_chunk(([0], ["CCO"], "x.csv", 0, 300))
     assert len(seen) == 3 and all(threads == [1] * len(threads) for threads in seen)
     assert blas_threads() == before and np.dot(np.ones(3), np.ones(3)) == 3.0
