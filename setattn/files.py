@@ -13,12 +13,13 @@ import json
 import math
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "check_output_target", "json_safe", "write_json"]
+__all__ = ["atomic_open", "check_folder", "check_output_file", "check_output_target", "json_safe",
+           "write_json"]
 
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
@@ -113,3 +114,56 @@ def write_json(obj: Any, path: str | Path) -> None:
     with atomic_open(path, "w", encoding="utf-8") as handle:
         json.dump(json_safe(obj), handle, indent=2)
         handle.write("\n")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest existing folder (or file) at or above ``path``."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_folder(path: Path, argument: str) -> None:
+    """The folder ``path`` is in, or would be created in, must be a writable folder."""
+    ancestor = _existing_ancestor(path.parent)
+    if not ancestor.is_dir():
+        raise ValueError(f"argument {argument}: {ancestor} is a file, not a folder, so "
+                         f"{path} cannot be created")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"argument {argument}: cannot write in {ancestor} (permission "
+                         f"denied)")
+
+
+def check_output_file(output: str | Path, inputs: Mapping[str, str | Path | None],
+                      argument: str = "--output") -> Path:
+    """Check a file about to be written, before any work is done.
+
+    Args:
+        output: the file.
+        inputs: the files the command reads, by the argument that named them.
+        argument: the argument naming ``output``.
+
+    Returns:
+        ``output`` as a ``Path``.
+
+    Raises:
+        ValueError: naming ``argument`` if ``output`` is a directory (or ends in "/"),
+            cannot be created, is one of ``inputs``, or is a device, FIFO, socket or
+            link (``check_output_target``).
+    """
+    if str(output).endswith(("/", os.sep)):  # Path() would drop the slash
+        raise ValueError(f"argument {argument}: {output} ends in '/', so it names a folder; "
+                         f"give a file name")
+    output = Path(output)
+    if output.is_dir():
+        raise ValueError(f"argument {argument}: {output} is a directory; give a file name")
+    check_folder(output, argument)
+    for name, path in inputs.items():
+        # only an existing output can be an input (by any name: a link, a hard link, ..)
+        if path is not None and output.exists() and Path(path).exists() \
+                and os.path.samefile(output, path):
+            raise ValueError(f"argument {argument}: {output} is the same file as {name} "
+                             f"{path}; writing it would replace that input; choose another "
+                             f"file name")
+    return check_output_target(output, argument)

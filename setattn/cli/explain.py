@@ -20,8 +20,8 @@ from tqdm import tqdm
 from setattn.datasets.files import read_column
 from setattn.domains.atom_notes import molecule_note
 from setattn.domains.molecules import InvalidSmilesError
-from setattn.files import check_output_target
-from setattn.molprop.checkpoint import check_output_file, load_run, run_file_paths
+from setattn.files import check_output_file, check_output_target
+from setattn.molprop.checkpoint import load_run, run_file_paths
 from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.explain import (
@@ -170,8 +170,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         check_explain_folder(Path(args.output))
         _check_folder_targets(Path(args.output))
     else:
-        check_output_file(args.output, inputs)  # a trailing "/" is seen
-        check_output_target(args.output)  # a device, FIFO or link would be replaced
+        check_output_file(args.output, inputs)  # a trailing "/", a device, FIFO or link
     ensemble, meta = load_run(args.model)
     args.max_heavy_atoms = meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
     targets = list(meta["target_columns"])

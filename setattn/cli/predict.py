@@ -8,8 +8,7 @@ from pathlib import Path
 
 from setattn.cli.process import one_thread
 from setattn.datasets.files import check_encoding, existing_file
-from setattn.files import check_output_target
-from setattn.molprop.checkpoint import check_output_file, load_run, run_file_paths
+from setattn.molprop.checkpoint import load_run, run_file_paths
 from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
 from setattn.molprop.predict import free_cores, predict_csv
 from setattn.molprop.workers import WorkerDiedError
@@ -25,8 +24,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     """
     check_encoding(args.encoding)
     existing_file(args.data, "--data")
-    check_output_file(args.output, {"--data": args.data, **run_file_paths(Path(args.model))})
-    check_output_target(args.output)  # a device, FIFO or link would be replaced
     device = resolve_device(args.device)
     workers = args.workers
     if workers is None:  # CUDA does not survive a fork: one process with a GPU
@@ -40,6 +37,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         counts = predict_csv(ensemble, meta["target_columns"], args.data, args.output,
                              smiles_column, workers=workers, worker_init=one_thread,
+                             protect=run_file_paths(Path(args.model)),
                              encoding=args.encoding, max_heavy_atoms=max_atoms,
                              calibration=meta.get("conformal"))
     except WorkerDiedError:

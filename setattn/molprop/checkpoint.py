@@ -45,7 +45,7 @@ from torch import Tensor
 
 from setattn.datasets.files import file_sha256
 from setattn.datasets.molecules import MoleculeSet
-from setattn.files import atomic_open
+from setattn.files import atomic_open, check_folder
 from setattn.molprop.config import (
     FORMAT,
     MODEL_BOUNDS,
@@ -60,7 +60,7 @@ from setattn.molprop.network import MoleculeNetwork
 
 __all__ = ["ENSEMBLE_FILE", "LEGACY_KEYS", "LOCK_NAME", "RUN_MARKER", "RUN_RECORDS",
            "CheckpointError", "RunLock", "build_network", "check_not_destination",
-           "check_output_dir", "check_output_file", "check_run_dir", "check_same_data",
+           "check_output_dir", "check_run_dir", "check_same_data",
            "data_fingerprint", "load_checkpoint", "load_network", "load_run", "mark_run_dir",
            "on_cpu", "read_calibration", "read_ensemble_config", "run_file_paths",
            "save_checkpoint", "save_ensemble", "snapshot", "tensor_checksum"]
@@ -446,25 +446,6 @@ RUN_MARKER = ".setattn-run"
 """The marker file that says "this folder is a setattn run" (the first file of a run)."""
 
 
-def _existing_ancestor(path: Path) -> Path:
-    """The nearest existing folder (or file) at or above ``path``."""
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _check_folder(path: Path, argument: str) -> None:
-    """The folder ``path`` is in, or would be created in, must be a writable folder."""
-    ancestor = _existing_ancestor(path.parent)
-    if not ancestor.is_dir():
-        raise ValueError(f"argument {argument}: {ancestor} is a file, not a folder, so "
-                         f"{path} cannot be created")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ValueError(f"argument {argument}: cannot write in {ancestor} (permission "
-                         f"denied)")
-
-
 RUN_RECORDS = ("config.json", "metrics.json", "split.json", "log.csv", "curve.png")
 """A run directory's own records: ``predict`` reads the first two, ``--resume`` the first
 three; no command's output may replace them."""
@@ -481,39 +462,6 @@ def run_file_paths(model: Path) -> dict[str, Path]:
     return files
 
 
-def check_output_file(output: str | Path, inputs: Mapping[str, str | Path | None],
-                      argument: str = "--output") -> Path:
-    """Check a file about to be written, before any work is done.
-
-    Args:
-        output: the file.
-        inputs: the files the command reads, by the argument that named them.
-        argument: the argument naming ``output``.
-
-    Returns:
-        ``output`` as a ``Path``.
-
-    Raises:
-        ValueError: naming ``argument`` if ``output`` is a directory (or ends in "/"),
-            cannot be created, or is one of ``inputs``.
-    """
-    if str(output).endswith(("/", os.sep)):  # Path() would drop the slash
-        raise ValueError(f"argument {argument}: {output} ends in '/', so it names a folder; "
-                         f"give a file name")
-    output = Path(output)
-    if output.is_dir():
-        raise ValueError(f"argument {argument}: {output} is a directory; give a file name")
-    _check_folder(output, argument)
-    for name, path in inputs.items():
-        # only an existing output can be an input (by any name: a link, a hard link, ..)
-        if path is not None and output.exists() and Path(path).exists() \
-                and os.path.samefile(output, path):
-            raise ValueError(f"argument {argument}: {output} is the same file as {name} "
-                             f"{path}; writing it would replace that input; choose another "
-                             f"file name")
-    return output
-
-
 def check_output_dir(out: str | Path, argument: str = "--output-dir") -> Path:
     """A run directory: an existing folder, or one that can be created.
 
@@ -528,7 +476,7 @@ def check_output_dir(out: str | Path, argument: str = "--output-dir") -> Path:
         if not os.access(out, os.W_OK | os.X_OK):
             raise ValueError(f"argument {argument}: cannot write in {out} (permission denied)")
         return out
-    _check_folder(out, argument)
+    check_folder(out, argument)
     return out
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -25,9 +25,8 @@ import torch
 from torch import Tensor
 
 from setattn.datasets.files import check_columns, open_csv
-from setattn.files import atomic_open
+from setattn.files import atomic_open, check_output_file
 from setattn.molprop import chunk_cache
-from setattn.molprop.checkpoint import check_output_file
 from setattn.molprop.chunk_cache import (
     Outputs,
     from_arrays,
@@ -150,7 +149,8 @@ def predict_csv(ensemble: Ensemble, targets: Sequence[str], data: str | Path,
                 output: str | Path, smiles_column: str, chunk_rows: int = CHUNK_ROWS,
                 workers: int = 1, worker_init: Callable[[], None] | None = None, *,
                 encoding: str | None = None, max_heavy_atoms: int = MAX_HEAVY_ATOMS,
-                calibration: Calibration | None = None) -> dict:
+                calibration: Calibration | None = None,
+                protect: Mapping[str, str | Path] | None = None) -> dict:
     """Stream ``data`` through the ensemble into ``output``, ``chunk_rows`` rows at a time.
 
     The output has the columns ``smiles_column``, one per target, ``<target>_std``
@@ -174,6 +174,8 @@ def predict_csv(ensemble: Ensemble, targets: Sequence[str], data: str | Path,
         max_heavy_atoms: larger molecules get no prediction.
         calibration: a regression run's conformal calibration (``load_run``'s
             ``meta["conformal"]``): adds each target's interval.
+        protect: other files ``output`` may not be, by the argument that named them
+            (the command line's: the run's records and weights).
 
     Returns:
         ``{"rows": ..., "errors": ..., "notes": ...}`` counts.
@@ -183,7 +185,8 @@ def predict_csv(ensemble: Ensemble, targets: Sequence[str], data: str | Path,
         ValueError: if the SMILES column is missing (listing the columns present) or
             appears twice, or a line of ``data`` is not readable (naming it).
     """
-    check_output_file(output, {"--data": data})  # never write over the input
+    # never over an input, nor through a device, FIFO or link: before any work
+    check_output_file(output, {"--data": data, **(protect or {})})
     check_prediction_columns(smiles_column, targets, "--model")  # runs from before the check
     several = len(ensemble) > 1
     header_out = prediction_columns(smiles_column, targets, several, calibration is not None)
