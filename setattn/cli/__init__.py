@@ -21,8 +21,9 @@ naming the file, row, column or argument; an interrupted ``train`` (Ctrl-C) exit
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from setattn.cli import process
 from setattn.cli.explain import cmd_explain
@@ -43,6 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     process.set_up(args.command, args.num_threads)
     command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain,
                "serve": cmd_serve}[args.command]
+    try:
+        return _run(command, args)
+    finally:
+        process.command_done()
+
+
+def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``command(args)``, its errors as one line and an exit status."""
     try:
         return command(args)
     except SettingError as err:  # named by its flag here, by its keyword in the library

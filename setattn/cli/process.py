@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DEFAULT_THREADS", "GRACE_SECONDS", "end_on_sigterm", "end_when_stuck",
+__all__ = ["DEFAULT_THREADS", "GRACE_SECONDS", "command_done", "end_on_sigterm", "end_when_stuck",
            "exit_process", "hold_signal_handlers", "keep_freed_memory", "one_thread",
            "remove_generated_modules", "set_up"]
 
@@ -73,6 +73,7 @@ GRACE_SECONDS = 5.0
 ends it outright."""
 
 _WATCHED: list[threading.Thread] = []  # the watchdog of this process, once started
+_RUNNING = threading.Event()  # a command is running: the watchdog may end the process
 
 
 def _first_start(started: list[threading.Thread]) -> bool:
@@ -96,9 +97,11 @@ def _watch(read: int) -> None:
         if not data:
             return
         signums = [s for s in data if s in (signal.SIGTERM, signal.SIGINT)]
-        if not signums:
+        if not signums or not _RUNNING.is_set():
             continue
         time.sleep(GRACE_SECONDS)  # the main thread ends the command first, if it can
+        if not _RUNNING.is_set():  # it did: nothing is stuck
+            continue
         name = signal.Signals(signums[0]).name
         sys.stderr.write(f"setattn: still running {GRACE_SECONDS:g} s after {name} (inside a "
                          f"call that cannot be interrupted); ending now\n")
@@ -106,9 +109,15 @@ def _watch(read: int) -> None:
         os._exit(128 + signums[0])
 
 
+def command_done() -> None:
+    """The command has ended: a signal from now on is no longer its to be stuck on (a
+    program that runs commands in-process, a test, goes on)."""
+    _RUNNING.clear()
+
+
 def end_when_stuck() -> bool:
     """End the process ``GRACE_SECONDS`` after a SIGTERM or SIGINT that the main thread
-    has not acted on by then.
+    has not acted on by then, while the command runs (until ``command_done``).
 
     Python runs a signal handler only between two bytecodes of the main thread, so one
     long call into C (a kernel ridge's eigendecomposition of 20,000 molecules, minutes)
@@ -121,6 +130,7 @@ def end_when_stuck() -> bool:
     Returns:
         Whether a watchdog runs (started now or before).
     """
+    _RUNNING.set()
     if not _first_start(_WATCHED):
         return bool(_WATCHED)
     read, write = os.pipe()

@@ -131,8 +131,9 @@ def test_a_relative_data_path_resumes_from_another_directory(tmp_path, capsys, m
     ({"split_sizes": 0.8}, "option split_sizes: must be a list of float"),
 ])
 def test_api_options_of_the_wrong_type_are_named(tmp_path, options, needle):
+    model = MoleculePredictor(output_dir=tmp_path / "run", **options)  # kept as given
     with pytest.raises(TypeError, match=needle):
-        MoleculePredictor(output_dir=tmp_path / "run", **options)
+        model.fit(["CCO", "CCC", "CCCC"], [1.0, 2.0, 3.0])
     assert not (tmp_path / "run").exists()  # nothing written: a corrected fit may go there
     lr = new_run({"lr": 1, "target_columns": ("y",)}).train.lr
     assert lr == 1.0 and isinstance(lr, float)  # an int where a float is expected is one

@@ -137,9 +137,9 @@ def test_range_error_accepts_values_inside(value, allowed):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: MoleculePredictor(epochs=-1), "epochs must be >= 1, got -1"),
-    (lambda: MoleculePredictor(lr=0.0), "lr must be > 0 and finite, got 0.0"),
-    (lambda: MoleculePredictor(hidden=9000),
+    (lambda: MoleculePredictor(epochs=-1).check(), "epochs must be >= 1, got -1"),
+    (lambda: MoleculePredictor(lr=0.0).check(), "lr must be > 0 and finite, got 0.0"),
+    (lambda: MoleculePredictor(hidden=9000).check(),
      "hidden must be <= 8,192 (the largest setattn accepts), got 9000"),
     (lambda: TrainConfig(patience=0).validate(), "patience must be >= 1, got 0"),
     (lambda: RunConfig(data="x.csv", target_columns=["y"], ensemble_size=0).validate(),
