@@ -20,10 +20,9 @@ adding a setting is one line here. A field made with ``bounded`` has a range but
   or a clear error where CUDA is asked for and absent.
 - **options**: ``new_run`` maps the keywords of ``MoleculePredictor`` (named like the
   flags, plus ``descriptors``) to a ``RunConfig``; ``run_flags`` lists them.
-- **memory**: ``training_memory`` / ``check_memory`` estimate what a training run needs
-  (parameters, gradients and AdamW state, the members kept, a batch's activations)
-  against what the machine has; ``kernel_size`` decides the kernel part's size within
-  ``KERNEL_MAX_TRAIN`` and the memory its fit needs.
+
+The memory a run needs (and whether the kernel part fits) is estimated where the run is
+made, in ``setattn.molprop.run``.
 """
 
 from __future__ import annotations
@@ -47,12 +46,11 @@ from setattn.domains.molecules import ATOM_FEATURE_DIM, BOND_FEATURE_DIM
 
 __all__ = ["DEFAULT_DESCRIPTORS", "DESCRIPTORS", "DEVICE_HELP", "FEATURIZE_SECONDS", "FORMAT",
            "KERNEL_MAX_TRAIN", "MAX_HEAVY_ATOMS", "MODEL_BOUNDS", "PRECISIONS", "RUN_BOUNDS",
-           "SPLITS", "TYPICAL_ATOMS", "MemoryEstimate", "Range", "RunConfig", "SettingError",
-           "TrainConfig", "available_memory", "bounded", "check_device", "check_memory",
-           "check_prediction_columns", "check_ranges", "check_sizes", "config_from_dict",
-           "config_section", "flag_fields", "key_error", "legacy_batch_size", "new_run", "option",
-           "option_names", "parameter_count", "prediction_columns", "range_error",
-           "resolve_device", "run_flags", "training_memory"]
+           "SPLITS", "Range", "RunConfig", "SettingError", "TrainConfig", "bounded",
+           "check_device", "check_prediction_columns", "check_ranges", "check_sizes",
+           "config_from_dict", "config_section", "flag_fields", "key_error", "legacy_batch_size",
+           "new_run", "option", "option_names", "prediction_columns", "range_error",
+           "resolve_device", "run_flags"]
 
 
 T = TypeVar("T")
@@ -741,182 +739,3 @@ def new_run(options: Mapping[str, Any]) -> RunConfig:
     run.model.num_tasks = len(run.target_columns or [None])
     run.model.task = run.task
     return run
-
-
-TYPICAL_ATOMS = 30
-"""Heavy atoms per molecule the memory estimate assumes before the data is read."""
-
-
-_ACTIVATIONS_PER_LAYER = 18  # (N, D) floats one attention layer keeps for backward
-
-
-_ACTIVATIONS_OTHER = 6  # embedding, pooling, head
-
-
-def parameter_count(hidden: int, layers: int, *, num_tasks: int = 1,
-                    descriptor_dim: int = 0, atom_dim: int = 59, bond_dim: int = 14,
-                    layer_norm: bool = False, global_layers: int = 0,
-                    heads: int = 4, max_hops: int = 8) -> int:
-    """Parameters and buffers of a ``MoleculeNetwork`` (GATv2 layers; GAT has fewer),
-    counted with Python integers, so absurd sizes give a number rather than an error."""
-    d = hidden
-    # two LayerNorms, four attention projections, a 2 D feed-forward, the distance biases
-    block = 4 * d + 4 * (d * d + d) + 4 * d * d + 3 * d + (max_hops + 2) * heads
-    conv = 2 * (d * d + d) + d + d + d * (bond_dim + 1) + (2 * d if layer_norm else 0)
-    head = d * (2 * d + descriptor_dim) + d + num_tasks * d + num_tasks
-    buffers = 2 * num_tasks + 2 * descriptor_dim  # target and descriptor scaling
-    return (d * atom_dim + d + layers * conv + global_layers * block + (d + d * d + d) + head
-            + buffers)
-
-
-@dataclass
-class MemoryEstimate:
-    """Bytes a training run needs, by part."""
-
-    parameters: int
-    training: int
-    kept_models: int
-    activations: int
-
-    @property
-    def total(self) -> int:
-        return self.training + self.kept_models + self.activations
-
-
-def training_memory(hidden: int, heads: int, layers: int, batch_size: int,
-                    ensemble_size: int, *, atoms_per_batch: int | None = None,
-                    **sizes: int) -> MemoryEstimate:
-    """Estimate the memory of training ``ensemble_size`` models one after the other.
-
-    The model in training holds 4 float32 copies of its parameters (weights, gradients,
-    AdamW's two moments); each finished member's weights stay in memory; a batch keeps
-    about ``18 * layers + 6`` (N, D) float32 activations for the backward pass, E
-    attention edges per atom (H, for the heads) included; a global attention block keeps
-    as many, and H weights per pair of atoms of a molecule.
-
-    Args:
-        hidden, heads, layers: the model's D, H and L.
-        batch_size: molecules per batch.
-        ensemble_size: K.
-        atoms_per_batch: N, heavy atoms of the largest batch (default: ``batch_size *
-            TYPICAL_ATOMS``).
-        sizes: further ``parameter_count`` arguments (num_tasks, descriptor_dim, ...).
-    """
-    n = atoms_per_batch if atoms_per_batch is not None else batch_size * TYPICAL_ATOMS
-    params = parameter_count(hidden, layers, heads=heads, **sizes)
-    global_layers = sizes.get("global_layers", 0)
-    pairs = -(-n // max(batch_size, 1))  # atoms per molecule, rounded up: pairs per atom
-    activations = 4 * n * (hidden * (_ACTIVATIONS_PER_LAYER * (layers + global_layers)
-                                     + _ACTIVATIONS_OTHER)
-                           + 3 * heads * layers + 4 * heads * pairs * global_layers)
-    return MemoryEstimate(params, 4 * 4 * params, 4 * params * ensemble_size, activations)
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to this process now: MemAvailable of /proc/meminfo
-    (else ``os.sysconf``), lowered to a cgroup's limit when one is set; None if unknown."""
-    amount = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                amount = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    if amount is None:
-        try:
-            amount = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return None
-    return min(amount, _cgroup_room() or amount)
-
-
-def _cgroup_room() -> int | None:
-    """Bytes left under a cgroup v2 memory limit, or None without one."""
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-    except (OSError, ValueError):
-        return None
-    return None if limit == "max" else max(int(limit) - used, 0)
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
-
-
-KERNEL_MATRICES = 7
-"""(M, M) float64 matrices at the peak of the kernel ridge's fit: distances, one gamma's
-kernel and its labelled copy, the eigendecomposition's input, output and workspace, the
-squared eigenvectors (measured: 480 MB above the process at M = 3,000, 6.7 of them)."""
-
-
-def kernel_memory(m: int) -> int:
-    """Bytes the kernel ridge's fit on M training molecules needs at its peak."""
-    return KERNEL_MATRICES * 8 * m * m
-
-
-def kernel_memory_obstacle(m: int, available: int | None = None) -> str | None:
-    """Why the kernel ridge's fit on M training molecules would not fit in memory, or None.
-
-    Args:
-        available: bytes available (default: ``available_memory()``; None: unknown).
-    """
-    available = available_memory() if available is None else available
-    need = kernel_memory(m)
-    if available is not None and need > available:
-        return (f"its fit on {m:,} training molecules needs about {_gb(need)} of memory "
-                f"but {_gb(available)} is available")
-    return None
-
-
-def kernel_size(choice: str, m: int, usable: bool, available: int | None = None
-                ) -> tuple[int, str | None]:
-    """M of a run's kernel ridge (0: none), and a note where auto skips it.
-
-    Args:
-        choice: ``--kernel-ridge``: "auto", "on" or "off".
-        m: training molecules.
-        usable: whether the run can have one: it has descriptors (the run's config
-            refuses "on" without them; the caller has already left out what "auto"
-            skips by task, several classification tasks).
-        available: bytes available (default: ``available_memory()``; None: unknown).
-
-    Raises:
-        ValueError: naming ``--kernel-ridge`` when "on" meets more than
-            ``KERNEL_MAX_TRAIN`` training molecules or a fit that would not fit in memory.
-    """
-    if choice == "off" or not usable:
-        return 0, None
-    obstacle = (f"it is fitted on at most {KERNEL_MAX_TRAIN:,} training molecules, got "
-                f"{m:,}" if m > KERNEL_MAX_TRAIN else kernel_memory_obstacle(m, available))
-    if obstacle is None:
-        return m, None
-    if choice == "on":
-        raise SettingError("kernel_ridge", f"on, but {obstacle}; use auto or off", colon=True)
-    return 0, f"note: no kernel ridge (--kernel-ridge auto): {obstacle}"
-
-
-def check_memory(estimate: MemoryEstimate, batch_size: int, ensemble_size: int,
-                 available: int | None = None) -> None:
-    """Refuse a run whose estimate exceeds the available memory.
-
-    Args:
-        estimate: from ``training_memory``.
-        batch_size, ensemble_size: shown in the message.
-        available: bytes available (default: ``available_memory()``; None: unknown,
-            nothing is refused).
-
-    Raises:
-        SettingError: naming ``batch_size`` (and the other settings the estimate
-            follows), with the estimate and what is available.
-    """
-    available = available_memory() if available is None else available
-    if available is None or estimate.total <= available:
-        return
-    raise SettingError("batch_size", (
-        f"with hidden, heads, layers and ensemble_size as set, this run needs "
-        f"about {_gb(estimate.total)} of memory ({estimate.parameters:,} parameters: "
-        f"{_gb(estimate.training)} to train one model, {_gb(estimate.kept_models)} for "
-        f"the {ensemble_size} kept; {_gb(estimate.activations)} of activations for a "
-        f"batch of {batch_size}) but {_gb(available)} is available; make the model, the "
-        f"batch or the ensemble smaller"), colon=True)

@@ -477,10 +477,10 @@ def test_a_checkpoint_saved_before_laplacian_kernels_loads_as_an_rbf(tmp_path, c
 
 def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, capsys,
                                                                   monkeypatch):
-    from setattn.molprop import config
+    from setattn.molprop import run
 
     data = freesolv_slice(tmp_path / "fs.csv", 30)
-    monkeypatch.setattr(config, "KERNEL_MAX_TRAIN", 5)  # fewer than the training part
+    monkeypatch.setattr(run, "KERNEL_MAX_TRAIN", 5)  # fewer than the training part
     status, stdout, _ = train_tiny(data, tmp_path / "auto", capsys)
     assert status == 0 and "note: no kernel ridge (--kernel-ridge auto): it is fitted " \
         "on at most 5 training molecules, got" in stdout
@@ -490,8 +490,8 @@ def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, caps
     status, _, err = train_tiny(data, tmp_path / "big", capsys, "--kernel-ridge", "on")
     assert status == 2 and "--kernel-ridge: on, but it is fitted on at most 5" in err
     assert not (tmp_path / "big" / "model_0").exists()  # refused before training
-    monkeypatch.setattr(config, "KERNEL_MAX_TRAIN", 20000)
-    monkeypatch.setattr(config, "kernel_memory", lambda m: 10**15)  # more than any machine
+    monkeypatch.setattr(run, "KERNEL_MAX_TRAIN", 20000)
+    monkeypatch.setattr(run, "kernel_memory", lambda m: 10**15)  # more than any machine
     status, stdout, _ = train_tiny(data, tmp_path / "low", capsys)
     assert status == 0 and "note: no kernel ridge (--kernel-ridge auto): its fit on " \
         "24 training molecules needs about 1,000,000.0 GB of memory but" in stdout
@@ -503,23 +503,23 @@ def test_auto_skips_the_kernel_ridge_with_a_note_where_on_refuses(tmp_path, caps
 
 
 def test_a_resumed_run_keeps_the_kernel_ridge_it_started_with(tmp_path, capsys, monkeypatch):
-    from setattn.molprop import config
+    from setattn.molprop import run
 
     data = freesolv_slice(tmp_path / "fs.csv", 30)
     with_kernel, without = tmp_path / "with", tmp_path / "without"
     assert train_tiny(data, with_kernel, capsys)[0] == 0
     first = json.loads((with_kernel / "metrics.json").read_text())["test"]["rmse"]
-    monkeypatch.setattr(config, "KERNEL_MAX_TRAIN", 5)  # auto would skip it now
+    monkeypatch.setattr(run, "KERNEL_MAX_TRAIN", 5)  # auto would skip it now
     assert train_tiny(data, without, capsys)[0] == 0
     status, stdout, _ = train_tiny(data, with_kernel, capsys, "--resume")
     assert status == 0 and "kernel ridge on 206 descriptors" in stdout
     assert json.loads((with_kernel / "metrics.json").read_text())["test"]["rmse"] == first
-    monkeypatch.setattr(config, "KERNEL_MAX_TRAIN", 20000)  # auto would fit it now
+    monkeypatch.setattr(run, "KERNEL_MAX_TRAIN", 20000)  # auto would fit it now
     status, stdout, _ = train_tiny(data, without, capsys, "--resume")
     assert status == 0 and "kernel ridge" not in stdout
     ensemble, _ = load_run(without)
     assert ensemble.kernel is None
-    monkeypatch.setattr(config, "kernel_memory", lambda m: 10**15)  # no room for its fit
+    monkeypatch.setattr(run, "kernel_memory", lambda m: 10**15)  # no room for its fit
     status, _, err = train_tiny(data, with_kernel, capsys, "--resume")
     assert status == 2 and "--resume: the run started with a kernel ridge, but its fit on " \
         "24 training molecules needs about 1,000,000.0 GB" in err

@@ -133,6 +133,43 @@ def test_occlusion_by_removal_and_by_masking_recovers_the_linear_terms():
     assert not removed.complete
 
 
+class Counted:
+    """A forward that records the nodes of every pass it is given."""
+
+    def __init__(self, forward):
+        self.forward, self.nodes = forward, []
+
+    def __call__(self, batch):
+        self.nodes.append(batch.num_nodes)
+        return self.forward(batch)
+
+
+def test_integrated_gradients_in_bounded_passes_give_the_same_values():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def forward(batch):
+        return scatter(mlp(batch.x), batch.batch, 0, dim_size=batch.num_graphs).square()
+
+    data = graph(7, seed=3)
+    whole, parts = Counted(forward), Counted(forward)
+    one = integrated_gradients(whole, data, 0, n_steps=32)
+    split = integrated_gradients(parts, data, 0, n_steps=32, max_nodes=7 * 5)
+    assert max(whole.nodes) == 7 * 32 and max(parts.nodes) <= 7 * 5
+    assert torch.allclose(one.values, split.values, atol=1e-6)
+    assert one.delta == pytest.approx(split.delta, abs=1e-6)
+
+
+def test_occlusion_in_bounded_passes_gives_the_same_values():
+    data = graph(6, seed=2)
+    variants = [remove_node(data, i) for i in range(6)]
+    whole, parts = Counted(LinearReadout()), Counted(LinearReadout())
+    one = occlusion(whole, data, variants, 1)
+    split = occlusion(parts, data, variants, 1, max_nodes=11)
+    assert whole.nodes == [6 + 6 * 5] and max(parts.nodes) <= 11 and len(parts.nodes) == 4
+    assert torch.allclose(one.values, split.values, atol=1e-6)
+
+
 def test_occlusion_marks_nodes_without_a_variant():
     data = graph(3)
     a = occlusion(LinearReadout(), data, [remove_node(data, 0), None, mask_node(data, 2)])
