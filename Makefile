@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint docs bench clean
+.PHONY: demo test test-fast lint docs bench gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,15 @@ docs: $(STAMP)
 	rm -rf docs/_build
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 	@echo "User guide and API reference: docs/_build/html/index.html"
+
+# The GPU record (benchmarks/results/gpu.json): correctness of every engine path and the
+# GAT layers on the device, their speed against PyG and SDPA there, one molecule training
+# and prediction on the device and on the CPU. At most a few minutes on one GPU.
+# `make gpu-check DEVICE=cpu GPU_FLAGS="--smoke --out x.json"` runs it on the CPU (tests).
+DEVICE := cuda
+GPU_FLAGS :=
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py --device $(DEVICE) $(GPU_FLAGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check setattn tests examples benchmarks
