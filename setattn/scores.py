@@ -246,6 +246,16 @@ class GAT(Score):
             s = s + edge_attr
         return F.leaky_relu(s, self.negative_slope)
 
+    def fused_gat(self) -> float | None:
+        """Opts into the engine's fused GAT edge kernel (``EnginePath.FUSED_GAT``).
+
+        Returns:
+            the LeakyReLU slope: ``combine`` is LeakyReLU(pq + pk [+ e]) of the terms
+            ``prepare_q`` / ``prepare_k`` give, the form that kernel computes. A subclass
+            whose ``combine`` or preparation differs returns None.
+        """
+        return self.negative_slope
+
 
 class GATv2(Score):
     """s_ij = a_h^T LeakyReLU(W_h [q_i; k_j] [+ e_ij]) (Brody et al. 2022).

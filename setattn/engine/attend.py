@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from setattn.attention_graph import AttentionGraph
 from setattn.capture import is_capturing, record
 from setattn.engine.dense import attend_blocks
+from setattn.engine.fused_gat import attend_fused_gat
 from setattn.engine.fused_gatv2 import attend_fused
 from setattn.engine.plan import EnginePath, edge_view, forced_path, plan
 from setattn.engine.scoring import DEFAULT_SCORE
@@ -108,6 +109,8 @@ def _run(path: EnginePath, q: Tensor, k: Tensor, v: Tensor, top: Topology, score
     graph = top if isinstance(top, Edges) else edge_view(top)  # the edge paths
     if path is EnginePath.FUSED_GATV2:
         return attend_fused(q, k, v, graph, score, edge_attr)
+    if path is EnginePath.FUSED_GAT:
+        return attend_fused_gat(q, k, v, graph, score, edge_attr)
     return attend_edges(q, k, v, graph, score, bias, mask, edge_attr, p, top_k,
                         csr=path is EnginePath.SPARSE_CSR)
 

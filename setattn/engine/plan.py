@@ -14,6 +14,8 @@ The paths (:class:`EnginePath`) and what they compute::
     FUSED_GATV2    GATv2 logits, segment softmax and sum over an edge list as one
                    autograd node with a hand-written backward (fewer operations: small
                    graphs such as molecule batches)
+    FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores): no
+                   sparse layout to build, which a new batch every step pays for
     SPARSE_CSR     segment softmax over an edge list; the sum (and dot-product logits)
                    as CSR sparse-dense products: (E, H) weights kept, never (E, H, D)
                    messages
@@ -28,6 +30,12 @@ plan()'s decisions, in the order it makes them::
                                     GATv2), LeakyReLU slope >= 0, no bias,
                                     mask, dropout or hard attention, edge_attr
                                     None or (E, H, A)
+                                    the score opts in (``fused_gat()``:       FUSED_GAT
+                                    GAT), the same conditions with edge_attr
+                                    None or (E, H), and E < FUSED_GAT_MAX_EDGES
+                                    unless the CSR layouts are not wanted
+                                    (``csr_pays_off`` false, or not an eager
+                                    CPU run)
                                     eager CPU run, CSR_MIN_EDGES <= E <=      SPARSE_CSR
                                     Nq * Nk (CSR_MIN_EDGES_FEW when E <= Nk)
                                     otherwise                                 SPARSE_GATHER
@@ -59,7 +67,9 @@ view, with the evidence behind each column::
     (torch.compile, MPS, XPU, meta, ...)
 
 FUSED_GATV2 is taken wherever it applies, on every device: it is made of ordinary tensor
-operations (gather, scatter_reduce, index_add), one autograd node around them.
+operations (gather, scatter_reduce, index_add), one autograd node around them. FUSED_GAT
+likewise, except on large edge lists on the CPU, where the CSR product, its layouts built
+once and reused, is faster from the second pass on.
 
 The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
 benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: it holds until a
@@ -117,6 +127,7 @@ class EnginePath(Enum):
     DENSE_BLOCKS = "dense_blocks"
     WINDOW_BLOCKS = "window_blocks"
     FUSED_GATV2 = "fused_gatv2"
+    FUSED_GAT = "fused_gat"
     SPARSE_CSR = "sparse_csr"
     SPARSE_GATHER = "sparse_gather"
 
@@ -127,6 +138,12 @@ CSR_MIN_EDGES = 1024
 # The same when there are no more edges than keys (attention pooling: one edge per key),
 # whose gathered messages are no bigger than the values.
 CSR_MIN_EDGES_FEW = 16384
+
+
+# From this many edges GAT takes SPARSE_CSR on the CPU: its layouts, built on the first
+# pass over a graph and reused, beat gathered values on every later pass (benchmarks/
+# layers.py: one graph of 1.1 million edges); below it FUSED_GAT, which builds nothing.
+FUSED_GAT_MAX_EDGES = 65536
 
 
 def plan(
@@ -183,13 +200,23 @@ def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias: Tensor | None,
     """FUSED_GATV2, SPARSE_CSR or SPARSE_GATHER for an edge list."""
     if fused_gatv2_applies(score, bias, mask, edge_attr, p, hard):
         return EnginePath.FUSED_GATV2
-    if csr_kernels_serve(v) and csr_pays_off(top):
-        return EnginePath.SPARSE_CSR
-    return EnginePath.SPARSE_GATHER
+    csr = csr_kernels_serve(v) and csr_pays_off(top)
+    if fused_gat_applies(score, bias, mask, edge_attr, p, hard) and (
+            not csr or top.num_edges < FUSED_GAT_MAX_EDGES):
+        return EnginePath.FUSED_GAT
+    return EnginePath.SPARSE_CSR if csr else EnginePath.SPARSE_GATHER
 
 
 # ---------------------------------------------------------------------------------------
 # the decisions
+
+
+def _plain_soft(bias: Tensor | None, mask: Tensor | None, p: float, hard: int | str | None,
+                edge_attr: Tensor | None, edge_dims: int) -> bool:
+    """Nothing a fused kernel does not compute: no bias, mask, dropout (p > 0) or hard
+    attention, and edge features, if any, with ``edge_dims`` dimensions."""
+    return (bias is None and mask is None and p == 0 and hard is None
+            and (edge_attr is None or edge_attr.dim() == edge_dims))
 
 
 def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | None,
@@ -198,15 +225,26 @@ def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | No
     its LeakyReLU slope is >= 0 (the kernel reads which side of 0 an input was off the
     sign of the activation), and nothing the kernel does not compute is asked for: no
     bias, mask, dropout (p > 0) or hard attention; edge features, if any, are (E, H, A)."""
-    if bias is not None or mask is not None or p != 0 or hard is not None:
-        return False
-    if edge_attr is not None and edge_attr.dim() != 3:
+    if not _plain_soft(bias, mask, p, hard, edge_attr, 3):
         return False
     # looked up on the class: a miss on the instance goes through nn.Module.__getattr__
     if getattr(type(score), "fused_edges", None) is None:
         return False
     params = score.fused_edges()
     return params is not None and params[1] >= 0
+
+
+def fused_gat_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | None,
+                      edge_attr: Tensor | None, p: float, hard: int | str | None) -> bool:
+    """The score opts into the fused GAT kernel (``fused_gat()`` gives its LeakyReLU
+    slope, >= 0) and nothing the kernel does not compute is asked for: no bias, mask,
+    dropout (p > 0) or hard attention; edge features, if any, are (E, H)."""
+    if not _plain_soft(bias, mask, p, hard, edge_attr, 2):
+        return False
+    if getattr(type(score), "fused_gat", None) is None:
+        return False
+    slope = score.fused_gat()
+    return slope is not None and slope >= 0
 
 
 def device_rules(x: Tensor) -> str:
@@ -309,6 +347,10 @@ def forced_path(path: EnginePath | str, q: Tensor, k: Tensor, v: Tensor, topolog
         ok = fused_gatv2_applies(score, bias, mask, edge_attr, p, hard)
         why = ("needs a score that opts in (GATv2, LeakyReLU slope >= 0) and no bias, mask, "
                "dropout, hard attention or (E, H) edge_attr")
+    elif path is EnginePath.FUSED_GAT:
+        ok = fused_gat_applies(score, bias, mask, edge_attr, p, hard)
+        why = ("needs a score that opts in (GAT, LeakyReLU slope >= 0) and no bias, mask, "
+               "dropout, hard attention or (E, H, A) edge_attr")
     elif path is EnginePath.SPARSE_CSR:
         ok, why = _csr_applies(v, topology)
     elif path is EnginePath.WINDOW_BLOCKS:

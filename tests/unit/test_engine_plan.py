@@ -24,7 +24,7 @@ import setattn
 from setattn import bipartite, complete, edges, window
 from setattn import scores as S
 from setattn.engine import EnginePath, attend, plan
-from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW
+from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW, FUSED_GAT_MAX_EDGES
 from setattn.topology import ptr_from_sizes
 
 P = EnginePath
@@ -65,6 +65,7 @@ def _plan(top, score=None, device="cpu", **kwargs):
 
 RAGGED = complete(ptr_from_sizes([3, 7, 1, 12]))
 GATV2 = S.GATv2(HEADS, DK)
+GAT = S.GAT(HEADS, DK)
 BIG = CSR_MIN_EDGES  # edges, over 64 x 64 nodes: more edges than keys
 
 PLANNED = {  # case -> (plan() arguments, expected path)
@@ -107,6 +108,22 @@ PLANNED = {  # case -> (plan() arguments, expected path)
                                    P.SPARSE_GATHER),
     "edges, GATv2 with bias, big": (dict(top=_random_edges(64, 64, BIG), score=GATV2,
                                          bias=torch.zeros(BIG)), P.SPARSE_CSR),
+    "edges, GAT": (dict(top=_random_edges(64, 64, BIG), score=GAT), P.FUSED_GAT),
+    "edges, GAT (E, H) edge_attr": (dict(top=_random_edges(5, 5, 9), score=GAT,
+                                         edge_attr=torch.zeros(9, HEADS)), P.FUSED_GAT),
+    "edges, GAT (E, H, A) edge_attr": (dict(top=_random_edges(5, 5, 9), score=GAT,
+                                            edge_attr=torch.zeros(9, HEADS, 2)),
+                                       P.SPARSE_GATHER),
+    "edges, GAT, dropout": (dict(top=_random_edges(64, 64, BIG), score=GAT, dropout=0.1),
+                            P.SPARSE_CSR),
+    "edges, GAT, FUSED_GAT_MAX_EDGES": (dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES),
+                                             score=GAT), P.SPARSE_CSR),
+    "edges, GAT, FUSED_GAT_MAX_EDGES, accelerator": (
+        dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES), score=GAT, device="meta"),
+        P.FUSED_GAT),
+    "edges, GAT, negative slope": (dict(top=_random_edges(5, 5, 9),
+                                        score=S.GAT(HEADS, DK, negative_slope=-0.1)),
+                                   P.SPARSE_GATHER),
     "edges, below CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG - 1)), P.SPARSE_GATHER),
     "edges, CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG)), P.SPARSE_CSR),
     "edges, CSR_MIN_EDGES but no more than keys": (dict(top=_random_edges(64, 2 * BIG, BIG)),
@@ -159,7 +176,7 @@ def test_capture_wants_weights():
 
 
 EDGE_GRAD_FN = {P.SPARSE_CSR: "EdgeSumBackward", P.SPARSE_GATHER: "IndexAddBackward0",
-                P.FUSED_GATV2: "GATv2EdgesBackward"}
+                P.FUSED_GATV2: "GATv2EdgesBackward", P.FUSED_GAT: "GATEdgesBackward"}
 EVERY_EDGE_PATH = {P.SPARSE_CSR, P.SPARSE_GATHER}
 
 FORCED = {  # case -> (topology, score, extras, values are the keys, paths that apply)
@@ -180,6 +197,9 @@ FORCED = {  # case -> (topology, score, extras, values are the keys, paths that 
                                                   {P.FUSED_GATV2} | EVERY_EDGE_PATH),
     "edges, unprojected GATv2, values are keys, mask": (
         "edges", "gatv2_unprojected", ("mask",), True, EVERY_EDGE_PATH),
+    "edges, GAT, edge_attr": ("edges", "gat", ("edge_attr",), False,
+                              {P.FUSED_GAT} | EVERY_EDGE_PATH),
+    "edges, GAT, bias": ("edges", "gat", ("bias",), False, EVERY_EDGE_PATH),
     "edges, bilinear, hard": ("edges", "bilinear", ("hard",), False, EVERY_EDGE_PATH),
     "edges, user's module, values are keys": ("edges", "user", ("edge_attr",), True,
                                               EVERY_EDGE_PATH),

@@ -24,6 +24,7 @@ from reference import attend as ref_attend
 from setattn import scores as S
 from setattn.engine import EnginePath, plan
 from setattn.engine import attend as engine_attend
+from setattn.engine.fused_gat import GATEdges
 from setattn.engine.fused_gatv2 import GATv2Edges
 
 F64 = torch.float64
@@ -235,18 +236,23 @@ def test_gradgradcheck(score_name, return_weights, topology):
     assert torch.autograd.gradgradcheck(fn, (q, k, v, bias), fast_mode=True)
 
 
-@pytest.fixture
-def fused_calls(monkeypatch):
-    """Counts the calls that went through ``GATv2Edges`` (the FUSED_GATV2 path's node)."""
+def _spied(monkeypatch, node) -> list:
+    """The argument tuples of every ``node.apply`` call from now on (passed through)."""
     calls = []
-    apply = GATv2Edges.apply
+    apply = node.apply
 
     def spy(*args):
         calls.append(args)
         return apply(*args)
 
-    monkeypatch.setattr(GATv2Edges, "apply", spy)
+    monkeypatch.setattr(node, "apply", spy)
     return calls
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """Counts the calls that went through ``GATv2Edges`` (the FUSED_GATV2 path's node)."""
+    return _spied(monkeypatch, GATv2Edges)
 
 
 @pytest.mark.parametrize("with_edge_attr", [False, True])
@@ -295,6 +301,52 @@ def test_fused_gatv2_first_and_second_derivatives(fused_calls):
         assert torch.autograd.gradcheck(f, (q, k, edge_attr))
         assert torch.autograd.gradgradcheck(f, (q, k, edge_attr), fast_mode=True)
     assert fused_calls
+
+
+@pytest.fixture
+def fused_gat_calls(monkeypatch):
+    """Counts the calls that went through ``GATEdges`` (the FUSED_GAT path's node)."""
+    return _spied(monkeypatch, GATEdges)
+
+
+@pytest.mark.parametrize("with_edge_attr", [False, True])
+@pytest.mark.parametrize("values", ["keys", "own"])
+def test_fused_gat_matches_reference(with_edge_attr, values, fused_gat_calls, sparse_kernel):
+    """GAT over an edge list with no bias, mask, dropout or hard attention runs as one
+    autograd node with its own backward: values, weights and every gradient (queries,
+    keys, values, both attention vectors, edge features) equal the reference."""
+    case = make_case("edges")
+    score = make_score("gat")
+    q, k, v = _inputs(case)
+    if values == "keys":
+        v = k
+    edge_attr = (torch.randn(case.num_edges, HEADS, dtype=F64, requires_grad=True)
+                 if with_edge_attr else None)
+    _check_against_reference(case, score, q, k, v, edge_attr=edge_attr)
+    assert sparse_kernel == [EnginePath.FUSED_GAT] * 2  # what plan() said
+    assert len(fused_gat_calls) == 2  # with and without weights returned
+
+
+def test_fused_gat_first_and_second_derivatives(fused_gat_calls):
+    """gradcheck and gradgradcheck through the fused GAT node, a loss on the returned
+    weights included; second derivatives go through the plain ops."""
+    case = make_case("edges")
+    src, dst = case.topology.index
+    pq = torch.randn(case.num_q, HEADS, dtype=F64, requires_grad=True)
+    pk = torch.randn(case.num_kv, HEADS, dtype=F64, requires_grad=True)
+    v = torch.randn(case.num_kv, HEADS, 3, dtype=F64, requires_grad=True)
+    edge_attr = torch.randn(case.num_edges, HEADS, dtype=F64, requires_grad=True)
+
+    def out(pq, pk, v, edge_attr):
+        return GATEdges.apply(pq, pk, v, edge_attr, src, dst, case.num_q, 0.2)[0]
+
+    def weights(pq, pk, v, edge_attr):
+        return GATEdges.apply(pq, pk, v, edge_attr, src, dst, case.num_q, 0.2)[1]
+
+    for f in (out, weights):
+        assert torch.autograd.gradcheck(f, (pq, pk, v, edge_attr))
+        assert torch.autograd.gradgradcheck(f, (pq, pk, v, edge_attr), fast_mode=True)
+    assert fused_gat_calls
 
 
 @pytest.mark.parametrize("extras", ["bias", "mask", "dropout", "hard", "negative_slope"])
