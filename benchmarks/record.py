@@ -120,8 +120,11 @@ def command_line(argv: list[str] | None = None) -> str:
 
 
 MOLECULE_CODE = (("setattn", ("cli", "serve")),)
+ENGINE_CODE = (("setattn/engine", ()), ("setattn/topology.py", ()), ("setattn/scores.py", ()),
+               ("setattn/attention_graph.py", ()), ("setattn/capture.py", ()))
 EXERCISED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    "engine": (("setattn/engine", ()), ("setattn/topology.py", ()), ("setattn/scores.py", ())),
+    "engine": ENGINE_CODE,
+    "layers": (*ENGINE_CODE, ("setattn/nn", ())),
     **{name: MOLECULE_CODE for name in ("molecules", "moleculeace", "blend_stack",
                                         "attribution")}}
 """The library paths each benchmark exercises (path, entries of it left out); the others:

@@ -2,6 +2,7 @@
 
     setattn train   --data CSV --target-columns T1 [T2 ...] --output-dir DIR [...]
     setattn predict --model DIR --data CSV --output preds.csv
+    setattn embed   --model DIR --data CSV --output vectors.csv [--member K]
     setattn explain --model DIR (--smiles S --output PIC.png | --data CSV --output DIR) [...]
     setattn serve   --model DIR [--host 127.0.0.1] [--port 8000] [...]
 
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from setattn.cli import process
+from setattn.cli.embed import cmd_embed
 from setattn.cli.explain import cmd_explain
 from setattn.cli.parser import build_parser, flag_name
 from setattn.cli.predict import cmd_predict
@@ -42,8 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # flags out of range end here (argparse's error)
     process.set_up(args.command, args.num_threads)
-    command = {"train": cmd_train, "predict": cmd_predict, "explain": cmd_explain,
-               "serve": cmd_serve}[args.command]
+    command = {"train": cmd_train, "predict": cmd_predict, "embed": cmd_embed,
+               "explain": cmd_explain, "serve": cmd_serve}[args.command]
     try:
         return _run(command, args)
     finally:

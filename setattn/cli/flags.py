@@ -4,7 +4,8 @@ so that ``setattn.cli.parser`` makes every flag the same way: its name, default,
 text and the range of values it accepts come from one field.
 
 ``train`` takes ``TrainFlags`` and every option of a ``RunConfig``
-(``setattn.molprop.config.run_flags``); ``predict`` takes ``PredictFlags``;
+(``setattn.molprop.config.run_flags``); ``predict`` takes ``PredictFlags``; ``embed``
+takes ``EmbedFlags``;
 ``explain`` takes ``ExplainFlags``; ``serve`` takes ``ServeFlags``.
 """
 
@@ -26,7 +27,8 @@ from setattn.molprop.config import (
 from setattn.molprop.explain import DEFAULT_METHOD
 from setattn.molprop.loop import CHECKPOINT_SECONDS
 
-__all__ = ["RUN_DIR_FLAGS", "ExplainFlags", "PredictFlags", "ServeFlags", "TrainFlags"]
+__all__ = ["RUN_DIR_FLAGS", "EmbedFlags", "ExplainFlags", "PredictFlags", "ServeFlags",
+           "TrainFlags"]
 
 RUN_DIR_FLAGS = ("output_dir", "resume")
 """The ``TrainFlags`` that ``train --help`` lists before the run's settings."""
@@ -104,6 +106,39 @@ class PredictFlags:
         None, "processes featurising and predicting in parallel (default: the cores free "
         "now, the usable cores less the 1-minute load average; 1 with a GPU); the output "
         "is the same", type=int, bounds=Range(1))
+    device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
+    num_threads: int = _threads()
+
+
+@dataclass
+class EmbedFlags:
+    """``setattn embed``'s flags.
+
+    Attributes:
+        model: a run directory, or one ``best.pt``.
+        data: the CSV of SMILES.
+        output: the CSV of vectors written.
+        smiles_column: None: the run's.
+        member: one member's vectors (None: every member's, side by side).
+        encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
+        max_heavy_atoms: larger molecules get no vector (None: the run's setting).
+        device: where the models run.
+        num_threads: torch CPU threads.
+    """
+
+    model: str = _model()
+    data: str = option(None, "CSV file with a header line", required=True)
+    output: str = option(None, "CSV file to write: the SMILES, m<k>_<i> per member k and "
+                         "component i, error", required=True)
+    smiles_column: str | None = option(None, "default: the one the model was trained with")
+    member: int | None = option(None, "one member's vectors, 0 to K - 1 (default: every "
+                                "member's, side by side; they are not averaged)", type=int,
+                                metavar="K", bounds=Range(0))
+    encoding: str | None = option(None, "text encoding of the CSV, e.g. latin-1 or cp1252 "
+                                  "(default: UTF-8, or UTF-16 with its byte-order mark)")
+    max_heavy_atoms: int | None = option(
+        None, "molecules with more heavy atoms get no vector (default: the run's setting)",
+        type=int, metavar="N", bounds=Range(1))
     device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
     num_threads: int = _threads()
 

@@ -1,8 +1,9 @@
 """The ``setattn`` argument parser. Every flag is a dataclass field made with ``option``:
 ``train``'s come from the run's config dataclasses (``setattn.molprop.config``) and
-``TrainFlags``, ``predict``'s from ``PredictFlags``, ``explain``'s from ``ExplainFlags``,
-``serve``'s from ``ServeFlags`` (``setattn.cli.flags``), so each flag is defined once,
-beside its default and the range of values it accepts."""
+``TrainFlags``, ``predict``'s from ``PredictFlags``, ``embed``'s from ``EmbedFlags``,
+``explain``'s from ``ExplainFlags``, ``serve``'s from ``ServeFlags``
+(``setattn.cli.flags``), so each flag is defined once, beside its default and the range
+of values it accepts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from setattn.cli.flags import (
     RUN_DIR_FLAGS,
+    EmbedFlags,
     ExplainFlags,
     PredictFlags,
     ServeFlags,
@@ -103,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "unparsable SMILES gets empty predictions and a message in the "
                              "error column. An ensemble adds a <target>_std column per target.")
     _add_flags(predict, flag_fields(PredictFlags))
+    embed = sub.add_parser(
+        "embed", help="the networks' molecule vectors for a CSV of SMILES",
+        description="One output row per input row, in order: the vector each network of "
+        "the run reads a molecule into (its attention readout and the sum of its atoms' "
+        "states, 2 x --hidden numbers per member), for models of one's own. An unparsable "
+        "SMILES gets empty cells and a message in the error column.")
+    _add_flags(embed, flag_fields(EmbedFlags))
     explain = sub.add_parser(
         "explain", help="each atom's contribution to the model's prediction",
         description="One contribution per atom to the prediction predict makes (an "

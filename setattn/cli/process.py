@@ -286,7 +286,8 @@ def set_up(command: str, num_threads: int) -> None:
     """The process settings of one ``setattn`` command.
 
     Args:
-        command: "train", "predict" or "explain"; training also keeps freed memory.
+        command: "train", "predict", "embed", "explain" or "serve"; training also keeps
+            freed memory.
         num_threads: torch CPU threads.
     """
     torch.set_num_threads(num_threads)
@@ -297,7 +298,7 @@ def set_up(command: str, num_threads: int) -> None:
     if not _CLEANUP:  # once per process, whatever the number of commands it runs
         atexit.register(remove_generated_modules, os.getpid())
         _CLEANUP.append(os.getpid())
-    if command in ("train", "predict", "explain"):  # serve ends as its server decides
+    if command in ("train", "predict", "embed", "explain"):  # serve ends as its server decides
         end_when_stuck()
     if command == "train":
         keep_freed_memory()

@@ -14,8 +14,8 @@ The paths (:class:`EnginePath`) and what they compute::
     FUSED_GATV2    GATv2 logits, segment softmax and sum over an edge list as one
                    autograd node with a hand-written backward (fewer operations: small
                    graphs such as molecule batches)
-    FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores): no
-                   sparse layout to build, which a new batch every step pays for
+    FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores), off the
+                   eager CPU
     SPARSE_CSR     segment softmax over an edge list; the sum (and dot-product logits)
                    as CSR sparse-dense products: (E, H) weights kept, never (E, H, D)
                    messages
@@ -30,14 +30,12 @@ plan()'s decisions, in the order it makes them::
                                     GATv2), LeakyReLU slope >= 0, no bias,
                                     mask, dropout or hard attention, edge_attr
                                     None or (E, H, A)
-                                    the score opts in (``fused_gat()``:       FUSED_GAT
-                                    GAT), the same conditions with edge_attr
-                                    None or (E, H), and E < FUSED_GAT_MAX_EDGES
-                                    unless the CSR layouts are not wanted
-                                    (``csr_pays_off`` false, or not an eager
-                                    CPU run)
                                     eager CPU run, CSR_MIN_EDGES <= E <=      SPARSE_CSR
                                     Nq * Nk (CSR_MIN_EDGES_FEW when E <= Nk)
+                                    eager CPU run, fewer edges                SPARSE_GATHER
+                                    the score opts in (``fused_gat()``:       FUSED_GAT
+                                    GAT), the same conditions, edge_attr
+                                    None or (E, H)
                                     otherwise                                 SPARSE_GATHER
     window                          eager CPU run                             run as edges
                                     otherwise (accelerator, torch.compile)    WINDOW_BLOCKS
@@ -68,8 +66,10 @@ view, with the evidence behind each column::
 
 FUSED_GATV2 is taken wherever it applies, on every device: it is made of ordinary tensor
 operations (gather, scatter_reduce, index_add), one autograd node around them. FUSED_GAT
-likewise, except on large edge lists on the CPU, where the CSR product, its layouts built
-once and reused, is faster from the second pass on.
+runs off the eager CPU only (CUDA, torch.compile): on the CPU it was within the
+machine's noise of the CSR kernels on batches of molecules (benchmarks/layers.py,
+GATConv), and its backward sums in another order, which would move trained models'
+numbers in the last digits; ``attend(..., path="fused_gat")`` runs it anywhere.
 
 The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
 benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: it holds until a
@@ -140,12 +140,6 @@ CSR_MIN_EDGES = 1024
 CSR_MIN_EDGES_FEW = 16384
 
 
-# From this many edges GAT takes SPARSE_CSR on the CPU: its layouts, built on the first
-# pass over a graph and reused, beat gathered values on every later pass (benchmarks/
-# layers.py: one graph of 1.1 million edges); below it FUSED_GAT, which builds nothing.
-FUSED_GAT_MAX_EDGES = 65536
-
-
 def plan(
     q: Tensor,
     k: Tensor,
@@ -197,14 +191,14 @@ def plan(
 def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias: Tensor | None,
                mask: Tensor | None, edge_attr: Tensor | None, p: float,
                hard: int | str | None) -> EnginePath:
-    """FUSED_GATV2, SPARSE_CSR or SPARSE_GATHER for an edge list."""
+    """FUSED_GATV2, SPARSE_CSR, FUSED_GAT or SPARSE_GATHER for an edge list."""
     if fused_gatv2_applies(score, bias, mask, edge_attr, p, hard):
         return EnginePath.FUSED_GATV2
-    csr = csr_kernels_serve(v) and csr_pays_off(top)
-    if fused_gat_applies(score, bias, mask, edge_attr, p, hard) and (
-            not csr or top.num_edges < FUSED_GAT_MAX_EDGES):
+    if csr_kernels_serve(v):  # eager CPU: measured, and its numbers kept
+        return EnginePath.SPARSE_CSR if csr_pays_off(top) else EnginePath.SPARSE_GATHER
+    if fused_gat_applies(score, bias, mask, edge_attr, p, hard):
         return EnginePath.FUSED_GAT
-    return EnginePath.SPARSE_CSR if csr else EnginePath.SPARSE_GATHER
+    return EnginePath.SPARSE_GATHER
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Molecule property prediction: the product behind ``setattn train / predict / explain``.
+"""Molecule property prediction: the product behind ``setattn train / predict / embed /
+explain``.
 
 The modules, in the order data flows through them:
 
 - ``config``: every setting of a run (``RunConfig``, ``TrainConfig``, ``NetworkConfig``)
   with its default, check, bounds and command-line flag; the options of
-  ``MoleculePredictor``; the memory a run needs.
+  ``MoleculePredictor``.
 - the model, as parts passed in: ``network`` (``MoleculeNetwork``, the attention
   network), ``kernels`` (``KernelPart``: kernel ridges on descriptors and fingerprints,
   fitted in closed form), ``stacking`` (the one least-squares weight that stacks two
@@ -15,12 +16,14 @@ The modules, in the order data flows through them:
 - ``metrics``: masked losses and metrics; ``conformal``: prediction intervals;
   ``checkpoint``: a run directory's files (the safe checkpoint format, the lock, output
   checks); ``loop``: ``fit`` one network; ``run``: ``run_training``, a whole run
-  directory and what its ``metrics.json`` records; ``distributed``: torchrun and
-  devices; ``workers``: work in forked processes.
-- ``predict``: predictions for SMILES, streamed from CSVs of any size, with
-  ``chunk_cache``; ``explain``: one contribution per atom to a prediction, and its words.
+  directory, what its ``metrics.json`` records and the memory it needs;
+  ``distributed``: torchrun and devices; ``workers``: work in forked processes.
+- ``predict``: predictions (and the networks' molecule vectors) for SMILES, streamed
+  from CSVs of any size, with ``chunk_cache``; ``explain``: one contribution per atom
+  to a prediction, and its words.
 - ``api``: ``MoleculePredictor``, all of the above from Python (``fit`` / ``predict`` /
-  ``predict_std`` / ``explain`` / ``save`` / ``load``), a scikit-learn estimator.
+  ``predict_std`` / ``transform`` / ``explain`` / ``save`` / ``load``), a scikit-learn
+  estimator.
 
 Submodules keep their own names (``setattn.molprop.featurize.featurize``): the package
 exports no function named like one.

@@ -43,7 +43,7 @@ from setattn.molprop.config import (
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.explain import DEFAULT_METHOD, explain_smiles
 from setattn.molprop.loop import quiet
-from setattn.molprop.predict import predict_interval, predict_smiles
+from setattn.molprop.predict import embed_smiles, predict_interval, predict_smiles
 from setattn.molprop.run import run_training
 
 __all__ = ["DATA_FILE", "OWN_PARAMS", "EstimatorConventions", "MoleculePredictor", "as_smiles"]
@@ -498,6 +498,22 @@ class MoleculePredictor(EstimatorConventions):
         """(M, T) spread (standard deviation) of the ensemble members' predictions;
         zeros for a single model, NaN rows as in ``predict``."""
         return self._predict(smiles)[1]
+
+    def transform(self, smiles: str | Sequence[str], member: int | None = None) -> np.ndarray:
+        """(M, K * 2 D) float32 molecule vectors: what each of the K networks reads a
+        molecule into (``MoleculeNetwork.encode``: its attention readout and the sum of
+        its atoms' states), members side by side (``member``: one member's, (M, 2 D));
+        for models of one's own. NaN rows and ``errors`` as in ``predict``. The numbers
+        are ``setattn embed``'s for the same run.
+
+        Raises:
+            ValueError: if ``member`` is not one of the ensemble's members.
+        """
+        self._check_fitted()
+        smiles = as_smiles(smiles, "smiles")
+        vectors, messages = embed_smiles(self.ensemble, smiles, member)
+        self._note(smiles, messages)
+        return vectors.numpy()
 
     def predict_interval(self, smiles: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper ends, each (M, T), of the prediction intervals that a regression

@@ -182,6 +182,16 @@ class Ensemble(nn.Module):
         return stacked.mean(0), stacked.std(0, correction=0)
 
     @torch.no_grad()
+    def member_vectors(self, data: Sequence[Data], batch_size: int = 256) -> Tensor:
+        """(M, K, 2 D) each member's molecule vectors (``MoleculeNetwork.encode``) for M
+        molecules, in order ((0, K, 2 D) for none)."""
+        width = 2 * self.networks[0].config.hidden
+        if not data:
+            return torch.zeros(0, len(self), width, device="cpu")
+        return self._over(lambda b: torch.stack([net.encode(b) for net in self.networks], 1),
+                          data, batch_size)
+
+    @torch.no_grad()
     def network_predictions(self, data: Sequence[Data]) -> Tensor:
         """(M, T) the networks alone: the mean of their predictions in target units or
         probabilities."""

@@ -148,6 +148,16 @@ class MoleculeNetwork(nn.Module):
         Returns:
             (G, T) standardised regression outputs or classification logits.
         """
+        parts = [self.encode(batch)]  # (G, 2 D)
+        if self.config.descriptor_dim:
+            d = (batch.descriptors - self.descriptor_mean) / self.descriptor_std  # (G, F_desc)
+            parts.append(d.clamp(-10.0, 10.0))
+        return self.head(torch.cat(parts, 1))  # (G, T)
+
+    def encode(self, batch) -> Tensor:
+        """The network's molecule vectors, what its head reads besides the descriptors:
+        the attention readout and the sum of the atoms' last states, (G, 2 D)
+        (``setattn embed``)."""
         g = batch.num_graphs
         edge_index, edge_attr = add_self_loops(batch.edge_index, batch.edge_attr,
                                                batch.x.shape[0])  # N, static under compile
@@ -162,9 +172,5 @@ class MoleculeNetwork(nn.Module):
             h = h + F.elu(_float32(conv, norm(h), edge_index, edge_attr))  # (N, D)
             if i >= first_global:
                 h = _float32(self.globals[i - first_global], h, atoms, buckets)  # (N, D)
-        parts = [_float32(self.pool, h, batch.batch, ptr, num_graphs=g),  # (G, D)
-                 scatter(h, batch.batch, 0, dim_size=g, reduce="sum")]  # (G, D)
-        if self.config.descriptor_dim:
-            d = (batch.descriptors - self.descriptor_mean) / self.descriptor_std  # (G, F_desc)
-            parts.append(d.clamp(-10.0, 10.0))
-        return self.head(torch.cat(parts, 1))  # (G, T)
+        return torch.cat([_float32(self.pool, h, batch.batch, ptr, num_graphs=g),  # (G, D)
+                          scatter(h, batch.batch, 0, dim_size=g, reduce="sum")], 1)

@@ -2,10 +2,12 @@
 
 ``predict_spread`` / ``predict_smiles`` / ``predict_interval`` take a list of SMILES;
 ``predict_table`` gives the rows ``predict_csv`` would write for such a list.
-``predict_csv`` streams a CSV of any size through an ensemble, ``CHUNK_ROWS`` rows at a
-time, optionally in forked worker processes (``setattn.molprop.workers.fork_map``), and
-writes one output row per input row, in order. A chunk's featurisation and predictions
-are read from the feature cache (``setattn.molprop.chunk_cache``) where it holds them.
+``embed_smiles`` / ``embed_csv`` give the networks' molecule vectors instead of their
+predictions (``setattn embed``). ``predict_csv`` streams a CSV of any size through an
+ensemble, ``CHUNK_ROWS`` rows at a time, optionally in forked worker processes
+(``setattn.molprop.workers.fork_map``), and writes one output row per input row, in
+order. A chunk's featurisation and predictions are read from the feature cache
+(``setattn.molprop.chunk_cache``) where it holds them.
 
 ::
 
@@ -29,6 +31,7 @@ from setattn.files import atomic_open, check_output_file
 from setattn.molprop import chunk_cache
 from setattn.molprop.chunk_cache import (
     Outputs,
+    featurise_chunk,
     from_arrays,
     predict_chunk,
     worker_chunk,
@@ -38,8 +41,9 @@ from setattn.molprop.conformal import ENSEMBLE, KERNEL, Calibration, bounds
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.workers import fork_map
 
-__all__ = ["BLOCK_ROWS", "CHUNK_ROWS", "free_cores", "predict_csv", "predict_interval",
-           "predict_smiles", "predict_spread", "predict_table", "prediction_rows"]
+__all__ = ["BLOCK_ROWS", "CHUNK_ROWS", "embed_csv", "embed_smiles", "embedding_columns",
+           "free_cores", "predict_csv", "predict_interval", "predict_smiles", "predict_spread",
+           "predict_table", "prediction_rows"]
 
 CHUNK_ROWS = 2_000
 """Rows of the input CSV read at a time by ``predict_csv`` (featurised and predicted in
@@ -139,6 +143,100 @@ def predict_interval(ensemble: Ensemble, smiles: Sequence[str], calibration: Cal
 
 
 
+
+
+def _members(ensemble: Ensemble, member: int | None) -> list[int]:
+    """The members whose vectors are wanted: all (None) or one, checked."""
+    if member is None:
+        return list(range(len(ensemble)))
+    if not 0 <= member < len(ensemble):
+        raise ValueError(f"argument --member: the model has {len(ensemble)} member(s), "
+                         f"0 to {len(ensemble) - 1}; got {member}")
+    return [member]
+
+
+@torch.no_grad()
+def embed_smiles(ensemble: Ensemble, smiles: Sequence[str], member: int | None = None, *,
+                 max_heavy_atoms: int = MAX_HEAVY_ATOMS, first_row: int = 0,
+                 source: str = "smiles") -> tuple[Tensor, list[str]]:
+    """The networks' molecule vectors (``MoleculeNetwork.encode``) for M SMILES.
+
+    Args:
+        member: one member's vectors (0 to K - 1), or None for every member's, side by
+            side (members' vectors live in different spaces: they are not averaged).
+        max_heavy_atoms: larger molecules get no vector.
+        first_row, source: where the SMILES came from, for messages.
+
+    Returns:
+        vectors (M, K' * 2 D) float32 (K' members), NaN rows where a SMILES has no
+        molecule; one message per SMILES as ``predict_smiles`` gives.
+
+    Raises:
+        ValueError: naming ``--member`` if it is not one of the model's members.
+    """
+    members = _members(ensemble, member)
+    width = 2 * ensemble.networks[0].config.hidden
+    data, ok, messages = featurise_chunk(list(smiles), ensemble.descriptor_dim, first_row,
+                                         source, max_heavy_atoms)
+    out = torch.full((len(messages), len(members) * width), float("nan"),
+                     device="cpu")  # (M, K' * 2D): files and arrays are on the CPU
+    if data:
+        vectors = ensemble.member_vectors(data)[:, members]  # (M_ok, K', 2D)
+        out[torch.tensor(ok, dtype=torch.long, device="cpu")] = vectors.flatten(1)
+    return out, messages
+
+
+def embedding_columns(smiles_column: str, members: Sequence[int], width: int) -> list[str]:
+    """The header of ``embed_csv``'s output: the SMILES, ``m<k>_<i>`` per member k of
+    ``members`` and component i < ``width``, then ``error``."""
+    return [smiles_column, *(f"m{k}_{i}" for k in members for i in range(width)), "error"]
+
+
+def embed_csv(ensemble: Ensemble, data: str | Path, output: str | Path, smiles_column: str,
+              member: int | None = None, *, chunk_rows: int = CHUNK_ROWS,
+              encoding: str | None = None, max_heavy_atoms: int = MAX_HEAVY_ATOMS,
+              protect: Mapping[str, str | Path] | None = None,
+              progress: Callable[[int], None] | None = None) -> dict:
+    """Stream ``data`` into ``output``: one row of molecule vectors per input row, in
+    order, with the columns of ``embedding_columns`` (``m<k>_<i>``: member k's component
+    i; empty cells and the reason in ``error`` where a SMILES has no
+    molecule). Written to a temporary file that replaces ``output`` at the end; memory
+    holds one chunk at a time.
+
+    Args:
+        member: as ``embed_smiles``.
+        progress: called with the rows written after every chunk.
+
+    Returns:
+        ``{"rows": ..., "errors": ..., "width": ...}``: row and error counts, and the
+        vector width per row.
+
+    Raises:
+        FileNotFoundError: naming ``--data``.
+        ValueError: for a missing SMILES column, an unreadable line (naming it), or
+            ``member`` out of range (naming ``--member``).
+    """
+    check_output_file(output, {"--data": data, **(protect or {})})
+    members = _members(ensemble, member)
+    width = 2 * ensemble.networks[0].config.hidden
+    counts = {"rows": 0, "errors": 0, "width": len(members) * width}
+    with open_csv(data, encoding) as table:
+        (col,) = check_columns(table.header, [smiles_column], table.path)
+        with atomic_open(output, "w", encoding="utf-8", newline="") as dst:
+            writer = csv.writer(dst)
+            writer.writerow(embedding_columns(smiles_column, members, width))
+            for first_row, smiles in _chunk_tasks(_read_chunks(table.records, chunk_rows),
+                                                  col):
+                vectors, messages = embed_smiles(ensemble, smiles, member,
+                                                 max_heavy_atoms=max_heavy_atoms,
+                                                 first_row=first_row, source=table.path.name)
+                for text, row, message in zip(smiles, vectors.tolist(), messages):
+                    writer.writerow([text, *(_cell(v) for v in row), message])
+                counts["rows"] += len(smiles)
+                counts["errors"] += sum(1 for m in messages if m and not m.startswith("note: "))
+                if progress is not None:
+                    progress(counts["rows"])
+    return counts
 
 
 def _cell(value: float) -> str:

@@ -120,12 +120,16 @@ def test_a_record_knows_whether_the_code_it_exercises_changed_since(record, tmp_
     _git(repo, "init", "-q")
     first = _commit(repo, {"setattn/engine/a.py": "a", "setattn/scores.py": "s",
                            "setattn/topology.py": "t", "setattn/cli/main.py": "c",
-                           "setattn/molprop/m.py": "m", "README.md": "r"})
+                           "setattn/attention_graph.py": "g", "setattn/capture.py": "p",
+                           "setattn/nn/conv.py": "n", "setattn/molprop/m.py": "m",
+                           "README.md": "r"})
     trees = record.library_trees("molecules", first, repo)
-    assert sorted(trees["paths"]) == ["setattn/engine", "setattn/molprop", "setattn/scores.py",
-                                      "setattn/topology.py"]  # no cli/, no serve/
-    assert sorted(record.library_trees("engine", first, repo)["paths"]) == [
-        "setattn/engine", "setattn/scores.py", "setattn/topology.py"]
+    engine = ["setattn/attention_graph.py", "setattn/capture.py", "setattn/engine",
+              "setattn/scores.py", "setattn/topology.py"]
+    assert sorted(trees["paths"]) == sorted([*engine, "setattn/molprop", "setattn/nn"])
+    assert sorted(record.library_trees("engine", first, repo)["paths"]) == engine  # no cli/
+    assert sorted(record.library_trees("layers", first, repo)["paths"]) == sorted(
+        [*engine, "setattn/nn"])
     runs = {name: {"benchmark": name, "commit": first, "dirty": False}
             for name in ("engine", "molecules", "predict")}
     stored = {**runs["molecules"], "library": trees}  # as make_record writes it

@@ -24,7 +24,7 @@ import setattn
 from setattn import bipartite, complete, edges, window
 from setattn import scores as S
 from setattn.engine import EnginePath, attend, plan
-from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW, FUSED_GAT_MAX_EDGES
+from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW
 from setattn.topology import ptr_from_sizes
 
 P = EnginePath
@@ -108,19 +108,19 @@ PLANNED = {  # case -> (plan() arguments, expected path)
                                    P.SPARSE_GATHER),
     "edges, GATv2 with bias, big": (dict(top=_random_edges(64, 64, BIG), score=GATV2,
                                          bias=torch.zeros(BIG)), P.SPARSE_CSR),
-    "edges, GAT": (dict(top=_random_edges(64, 64, BIG), score=GAT), P.FUSED_GAT),
-    "edges, GAT (E, H) edge_attr": (dict(top=_random_edges(5, 5, 9), score=GAT,
-                                         edge_attr=torch.zeros(9, HEADS)), P.FUSED_GAT),
-    "edges, GAT (E, H, A) edge_attr": (dict(top=_random_edges(5, 5, 9), score=GAT,
-                                            edge_attr=torch.zeros(9, HEADS, 2)),
-                                       P.SPARSE_GATHER),
-    "edges, GAT, dropout": (dict(top=_random_edges(64, 64, BIG), score=GAT, dropout=0.1),
-                            P.SPARSE_CSR),
-    "edges, GAT, FUSED_GAT_MAX_EDGES": (dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES),
-                                             score=GAT), P.SPARSE_CSR),
-    "edges, GAT, FUSED_GAT_MAX_EDGES, accelerator": (
-        dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES), score=GAT, device="meta"),
-        P.FUSED_GAT),
+    "edges, GAT, CPU": (dict(top=_random_edges(64, 64, BIG - 1), score=GAT), P.SPARSE_GATHER),
+    "edges, GAT, CPU, CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG), score=GAT),
+                                       P.SPARSE_CSR),
+    "edges, GAT, accelerator": (dict(top=_random_edges(64, 64, BIG), score=GAT,
+                                     device="meta"), P.FUSED_GAT),
+    "edges, GAT (E, H) edge_attr, accelerator": (
+        dict(top=_random_edges(5, 5, 9), score=GAT, edge_attr=torch.zeros(9, HEADS),
+             device="meta"), P.FUSED_GAT),
+    "edges, GAT (E, H, A) edge_attr, accelerator": (
+        dict(top=_random_edges(5, 5, 9), score=GAT, edge_attr=torch.zeros(9, HEADS, 2),
+             device="meta"), P.SPARSE_GATHER),
+    "edges, GAT, dropout, accelerator": (dict(top=_random_edges(5, 5, 9), score=GAT,
+                                              dropout=0.1, device="meta"), P.SPARSE_GATHER),
     "edges, GAT, negative slope": (dict(top=_random_edges(5, 5, 9),
                                         score=S.GAT(HEADS, DK, negative_slope=-0.1)),
                                    P.SPARSE_GATHER),

@@ -1,0 +1,39 @@
+"""``setattn embed``: the networks' molecule vectors for a CSV of SMILES, streamed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from setattn.datasets.files import check_encoding, existing_file
+from setattn.molprop.checkpoint import load_run, run_file_paths
+from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
+from setattn.molprop.predict import embed_csv
+
+__all__ = ["cmd_embed"]
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    """Write the vectors; print the row counts. Returns the exit status.
+
+    Args:
+        args: the flags of ``setattn.cli.flags.EmbedFlags``, in range.
+    """
+    check_encoding(args.encoding)
+    existing_file(args.data, "--data")
+    ensemble, meta = load_run(args.model, resolve_device(args.device))
+    smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
+    max_atoms = args.max_heavy_atoms or meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
+    with tqdm(desc="embed", unit="mol", file=sys.stderr, disable=None) as bar:
+        counts = embed_csv(ensemble, args.data, args.output, smiles_column, args.member,
+                           encoding=args.encoding, max_heavy_atoms=max_atoms,
+                           protect=run_file_paths(Path(args.model)),
+                           progress=lambda rows: bar.update(rows - bar.n))
+    members = len(ensemble) if args.member is None else 1
+    print(f"wrote {counts['rows']} rows of {counts['width']} numbers to {args.output} "
+          f"({members} member(s) x {counts['width'] // members}; {counts['errors']} invalid "
+          f"or skipped SMILES with empty cells)")
+    return 0
