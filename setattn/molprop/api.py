@@ -159,13 +159,22 @@ class EstimatorConventions:
 
     def __sklearn_tags__(self):
         """scikit-learn's tags: a regressor or a classifier of molecules (strings or
-        ``Mol`` objects, not numeric arrays), which needs ``y`` to fit."""
-        from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
+        ``Mol`` objects, not numeric arrays), which needs ``y`` to fit; ``transform``
+        gives float32 molecule vectors whatever the input."""
+        from sklearn.utils import (
+            ClassifierTags,
+            InputTags,
+            RegressorTags,
+            Tags,
+            TargetTags,
+            TransformerTags,
+        )
 
         classifier = self._estimator_type == "classifier"
         return Tags(estimator_type=self._estimator_type,
                     target_tags=TargetTags(required=True, single_output=False,
                                            multi_output=True),
+                    transformer_tags=TransformerTags(preserves_dtype=[]),
                     classifier_tags=ClassifierTags() if classifier else None,
                     regressor_tags=None if classifier else RegressorTags(),
                     input_tags=InputTags(one_d_array=True, two_d_array=False, string=True))

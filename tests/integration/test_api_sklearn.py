@@ -62,7 +62,8 @@ NOT_APPLICABLE = {
         "check_methods_subset_invariance", "check_fit2d_1sample", "check_fit2d_1feature",
         "check_dict_unchanged", "check_fit_idempotent", "check_fit_check_is_fitted",
         "check_n_features_in", "check_fit1d", "check_fit2d_predict1d",
-        "check_requires_y_none")},
+        "check_requires_y_none", "check_transformer_general",
+        "check_transformer_data_not_an_array")},
     "check_array_api_input": "skipped by scikit-learn unless SCIPY_ARRAY_API is set; "
                              "X is not an array of numbers",
 }
