@@ -43,7 +43,8 @@ import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_cases import molecule_batch  # noqa: E402
-from record import ROOT, finish, load_average, make_record, table  # noqa: E402
+from layers import cycling  # noqa: E402
+from record import ROOT, finish, interleaved_seconds, load_average, make_record, table  # noqa: E402
 
 from setattn import attend, scores  # noqa: E402
 from setattn.engine.plan import EnginePath  # noqa: E402
@@ -54,31 +55,16 @@ CUDA_TESTS = ("tests/unit/test_nn_host_reads.py", "tests/unit/test_devices.py",
               "tests/integration/test_device.py")
 """Test files with cases that need a CUDA device (they skip without one)."""
 
-TOLERANCE = {torch.float32: 1e-4}
-"""Largest |device - float64 CPU| accepted, relative to the reference's largest value."""
+TOLERANCE = 1e-4
+"""Largest |float32 on the device - float64 on the CPU| accepted, relative to the
+reference's largest value."""
 
 MOLECULES = ROOT / "datasets" / "molecules"
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def seconds(cases: dict[str, Callable[[], object]], repeats: int,
-            device: torch.device) -> dict[str, float]:
-    """Median seconds of each case over ``repeats`` interleaved rounds after a warm-up."""
-    for fn in cases.values():
-        fn()
-    sync(device)
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append(time.perf_counter() - t0)
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+def sync(device: torch.device) -> Callable[[], object] | None:
+    """What ends a timed run on ``device``: CUDA's synchronize, nothing on the CPU."""
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
 
 
 # --------------------------------------------------------------------------------------
@@ -152,7 +138,7 @@ def engine_correctness(device: torch.device, smoke: bool) -> list[list[str]]:
         ref = _outputs_and_grads(_attending(top64, score64, path), [q64, k64, v64])
         err = _relative_error(ours, ref)
         rows.append([f"attend: {name}", f"{err:.1e}",
-                     "ok" if err <= TOLERANCE[torch.float32] else "FAILED"])
+                     "ok" if err <= TOLERANCE else "FAILED"])
     return rows
 
 
@@ -175,7 +161,7 @@ def layer_correctness(device: torch.device) -> list[list[str]]:
             mine, ref = mine[:2], ref[:2]
         err = _relative_error(mine, ref)
         rows.append([f"setattn {name} against PyG's in float64 on the CPU", f"{err:.1e}",
-                     "ok" if err <= TOLERANCE[torch.float32] else "FAILED"])
+                     "ok" if err <= TOLERANCE else "FAILED"])
     return rows
 
 
@@ -194,30 +180,14 @@ def cuda_tests(device: torch.device) -> list[list[str]]:
 # 2. layers, 3. engine
 
 
-def _step(layer: torch.nn.Module, batch: dict, edge_features: bool) -> None:
-    layer.zero_grad(set_to_none=True)
-    args = (batch["x"], batch["edge_index"]) + ((batch["edge_attr"],) if edge_features else ())
-    layer(*args).square().sum().backward()
-
-
-def _cycling(layer: torch.nn.Module, batches: list[dict], edge_features: bool):
-    state = {"i": -1}
-
-    def run():
-        state["i"] = (state["i"] + 1) % len(batches)
-        _step(layer, batches[state["i"]], edge_features)
-
-    return run
-
-
 def layer_rows(device: torch.device, smoke: bool, repeats: int) -> list[list[str]]:
     gen = torch.Generator().manual_seed(0)
     graphs, count = (8, 2) if smoke else (64, 16)
-    small = [{k: t.to(device) for k, t in molecule_batch(graphs, gen, (20, 60), 64, 7).items()}
-             for _ in range(count)]
+    small = [tuple(b[k].to(device) for k in ("x", "edge_index", "edge_attr"))
+             for b in (molecule_batch(graphs, gen, (20, 60), 64, 7) for _ in range(count))]
     n, e = (2_000, 20_000) if smoke else (100_000, 1_000_000)
-    large = [{"x": torch.randn(n, 32, generator=gen).to(device),
-              "edge_index": torch.randint(0, n, (2, e), generator=gen).to(device)}]
+    large = [(torch.randn(n, 32, generator=gen).to(device),
+              torch.randint(0, n, (2, e), generator=gen).to(device), None)]
     rows = []
     for label, batches, width in ((f"{graphs} molecule-like graphs, a new batch every pass",
                                    small, 64), (f"{n:,} nodes, {e:,} edges", large, 32)):
@@ -232,9 +202,10 @@ def layer_rows(device: torch.device, smoke: bool, repeats: int) -> list[list[str
                 pyg = pyg_nn.GATv2Conv(width, 16, heads=4,
                                        edge_dim=7 if "edge_dim" in kind else None).to(device)
                 ours = GATv2Conv.from_pyg(pyg)
-            feats = "edge_dim" in kind
-            t = seconds({"pyg": _cycling(pyg, batches, feats),
-                         "setattn": _cycling(ours, batches, feats)}, repeats, device)
+            key = "gatv2_edges" if "edge_dim" in kind else "gat"  # layers.py's step kinds
+            t = interleaved_seconds({"pyg": cycling(pyg, batches, key),
+                                     "setattn": cycling(ours, batches, key)}, repeats,
+                                    sync(device))
             rows.append([f"{kind}: {label}", f"{1000 * t['pyg']:.2f}",
                          f"{1000 * t['setattn']:.2f}", f"{t['pyg'] / t['setattn']:.2f}x"])
     return rows
@@ -254,7 +225,7 @@ def engine_rows(device: torch.device, smoke: bool, repeats: int) -> list[list[st
         blocks = [t.view(sets, items, h, d).transpose(1, 2) for t in (q, k, v)]
         F.scaled_dot_product_attention(*blocks).square().sum().backward()
 
-    t = seconds({"sdpa": sdpa, "setattn": ours}, repeats, device)
+    t = interleaved_seconds({"sdpa": sdpa, "setattn": ours}, repeats, sync(device))
     return [[f"attend on {sets} complete sets of {items}, {h} heads x {d}, against SDPA on "
              "the padded batch", f"{1000 * t['sdpa']:.2f}", f"{1000 * t['setattn']:.2f}",
              f"{t['sdpa'] / t['setattn']:.2f}x"]]
@@ -339,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     tables = [
         table(f"Correctness on {name}", ["check", "largest relative error", "result"], checks,
               "float32 on the device against float64 on the CPU: outputs and every "
-              f"gradient; accepted up to {TOLERANCE[torch.float32]:.0e}."),
+              f"gradient; accepted up to {TOLERANCE:.0e}."),
         table(f"GAT layers on {name}: forward + backward",
               ["case", "PyG ms", "setattn ms", "PyG / setattn"], layers,
               f"4 heads x 16, median of {args.repeats} interleaved rounds."),

@@ -387,16 +387,21 @@ def time_it(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> floa
     return statistics.median(times)
 
 
-def interleaved_seconds(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+def interleaved_seconds(cases: dict[str, Callable[[], object]], repeats: int,
+                        sync: Callable[[], object] | None = None) -> dict[str, float]:
     """Median seconds of each case over ``repeats`` rounds of one run per case (after a
-    warm-up round), so that a shared machine's drifting load hits all cases alike."""
+    warm-up round), so that a shared machine's drifting load hits all cases alike;
+    ``sync`` (a GPU's ``torch.cuda.synchronize``) ends each timed run."""
+    done = sync or (lambda: None)
     for fn in cases.values():
         fn()
+    done()
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
         for name, fn in cases.items():
             t0 = time.perf_counter()
             fn()
+            done()
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(t) for name, t in times.items()}
 

@@ -70,6 +70,20 @@ def run(argv: Sequence[str], capsys) -> tuple[int, str, str]:
     return status, captured.out, captured.err
 
 
+def bad_smiles_ensemble(out: Path, epochs: int) -> Path:
+    """An ensemble of 2 tiny regression networks trained ``epochs`` epochs on the
+    bad-SMILES fixture into ``out`` (in this process; torch's threads as they were)."""
+    from setattn import cli
+
+    threads = torch.get_num_threads()
+    status = cli.main(["train", "--data", str(BAD_SMILES_CSV), "--target-columns", "logS",
+                       "--epochs", str(epochs), "--output-dir", str(out), *TINY,
+                       "--ensemble-size", "2"])
+    torch.set_num_threads(threads)
+    assert status == 0
+    return out
+
+
 def train_tiny(data: Path, out: Path, capsys, *flags: str, targets: Sequence[str] = ("expt",),
                epochs: int = 1) -> tuple[int, str, str]:
     """``setattn train`` of a tiny model on ``data`` into ``out``; as ``run``."""

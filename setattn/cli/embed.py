@@ -8,9 +8,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from setattn.cli.predict import run_columns
 from setattn.datasets.files import check_encoding, existing_file
 from setattn.molprop.checkpoint import load_run, run_file_paths
-from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
+from setattn.molprop.config import resolve_device
 from setattn.molprop.predict import embed_csv
 
 __all__ = ["cmd_embed"]
@@ -25,8 +26,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     check_encoding(args.encoding)
     existing_file(args.data, "--data")
     ensemble, meta = load_run(args.model, resolve_device(args.device))
-    smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
-    max_atoms = args.max_heavy_atoms or meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
+    smiles_column, max_atoms = run_columns(args, meta)
     with tqdm(desc="embed", unit="mol", file=sys.stderr, disable=None) as bar:
         counts = embed_csv(ensemble, args.data, args.output, smiles_column, args.member,
                            encoding=args.encoding, max_heavy_atoms=max_atoms,

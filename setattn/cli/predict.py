@@ -13,7 +13,14 @@ from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
 from setattn.molprop.predict import free_cores, predict_csv
 from setattn.molprop.workers import WorkerDiedError
 
-__all__ = ["cmd_predict"]
+__all__ = ["cmd_predict", "run_columns"]
+
+
+def run_columns(args: argparse.Namespace, meta: dict) -> tuple[str, int]:
+    """The SMILES column and the heavy-atom limit of a command reading a CSV through a
+    run: the flags' where given, else the run's (``load_run``'s ``meta``)."""
+    return (args.smiles_column or meta.get("smiles_column", "smiles"),
+            args.max_heavy_atoms or meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS))
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -32,8 +39,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(f"argument --workers: {workers} worker processes need "
                          f"--device cpu (got {args.device}, which is {device})")
     ensemble, meta = load_run(args.model, device)
-    smiles_column = args.smiles_column or meta.get("smiles_column", "smiles")
-    max_atoms = args.max_heavy_atoms or meta.get("max_heavy_atoms", MAX_HEAVY_ATOMS)
+    smiles_column, max_atoms = run_columns(args, meta)
     try:
         counts = predict_csv(ensemble, meta["target_columns"], args.data, args.output,
                              smiles_column, workers=workers, worker_init=one_thread,

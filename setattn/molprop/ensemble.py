@@ -181,13 +181,17 @@ class Ensemble(nn.Module):
         stacked = self.member_predictions(data)  # (K, M, T)
         return stacked.mean(0), stacked.std(0, correction=0)
 
+    @property
+    def vector_width(self) -> int:
+        """2 D, the width of one member's molecule vector (``MoleculeNetwork.encode``)."""
+        return 2 * self.networks[0].config.hidden
+
     @torch.no_grad()
     def member_vectors(self, data: Sequence[Data], batch_size: int = 256) -> Tensor:
         """(M, K, 2 D) each member's molecule vectors (``MoleculeNetwork.encode``) for M
         molecules, in order ((0, K, 2 D) for none)."""
-        width = 2 * self.networks[0].config.hidden
         if not data:
-            return torch.zeros(0, len(self), width, device="cpu")
+            return torch.zeros(0, len(self), self.vector_width, device="cpu")
         return self._over(lambda b: torch.stack([net.encode(b) for net in self.networks], 1),
                           data, batch_size)
 

@@ -175,10 +175,9 @@ def embed_smiles(ensemble: Ensemble, smiles: Sequence[str], member: int | None =
         ValueError: naming ``--member`` if it is not one of the model's members.
     """
     members = _members(ensemble, member)
-    width = 2 * ensemble.networks[0].config.hidden
     data, ok, messages = featurise_chunk(list(smiles), ensemble.descriptor_dim, first_row,
                                          source, max_heavy_atoms)
-    out = torch.full((len(messages), len(members) * width), float("nan"),
+    out = torch.full((len(messages), len(members) * ensemble.vector_width), float("nan"),
                      device="cpu")  # (M, K' * 2D): files and arrays are on the CPU
     if data:
         vectors = ensemble.member_vectors(data)[:, members]  # (M_ok, K', 2D)
@@ -218,13 +217,12 @@ def embed_csv(ensemble: Ensemble, data: str | Path, output: str | Path, smiles_c
     """
     check_output_file(output, {"--data": data, **(protect or {})})
     members = _members(ensemble, member)
-    width = 2 * ensemble.networks[0].config.hidden
-    counts = {"rows": 0, "errors": 0, "width": len(members) * width}
+    counts = {"rows": 0, "errors": 0, "width": len(members) * ensemble.vector_width}
     with open_csv(data, encoding) as table:
         (col,) = check_columns(table.header, [smiles_column], table.path)
         with atomic_open(output, "w", encoding="utf-8", newline="") as dst:
             writer = csv.writer(dst)
-            writer.writerow(embedding_columns(smiles_column, members, width))
+            writer.writerow(embedding_columns(smiles_column, members, ensemble.vector_width))
             for first_row, smiles in _chunk_tasks(_read_chunks(table.records, chunk_rows),
                                                   col):
                 vectors, messages = embed_smiles(ensemble, smiles, member,

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from molecule_runs import BAD_ROWS, BAD_SMILES_CSV, TINY, keep_threads, read_csv, run  # noqa: F401
+from molecule_runs import (  # noqa: F401 (keep_threads: a fixture, used by name)
+    BAD_ROWS,
+    BAD_SMILES_CSV,
+    bad_smiles_ensemble,
+    keep_threads,
+    read_csv,
+    run,
+)
 
-from setattn import cli
 from setattn.molprop import MoleculePredictor
 from setattn.molprop.batching import collate_molecules
 from setattn.molprop.checkpoint import load_run
@@ -23,13 +29,7 @@ pytestmark = pytest.mark.usefixtures("keep_threads")  # the commands set torch's
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """An ensemble of 2 regression networks trained 1 epoch on the bad-SMILES fixture."""
-    out = tmp_path_factory.mktemp("embed") / "run"
-    threads = torch.get_num_threads()
-    status = cli.main(["train", "--data", str(BAD_SMILES_CSV), "--target-columns", "logS",
-                       "--epochs", "1", "--output-dir", str(out), *TINY, "--ensemble-size", "2"])
-    torch.set_num_threads(threads)
-    assert status == 0
-    return out
+    return bad_smiles_ensemble(tmp_path_factory.mktemp("embed") / "run", epochs=1)
 
 
 def test_one_row_of_vectors_per_input_row(model, tmp_path, capsys):

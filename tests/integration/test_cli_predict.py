@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from molecule_runs import BAD_ROWS, BAD_SMILES_CSV, TINY, TOX21_TASKS, read_csv, run, tox21_slice
+from molecule_runs import (
+    BAD_ROWS,
+    BAD_SMILES_CSV,
+    TINY,
+    TOX21_TASKS,
+    bad_smiles_ensemble,
+    read_csv,
+    run,
+    tox21_slice,
+)
 
-from setattn import cli
 from setattn.molprop import checkpoint, featurize
 from setattn.molprop.predict import predict_csv
 
@@ -26,14 +34,7 @@ def _keep_threads():
 @pytest.fixture(scope="module")
 def ensemble(tmp_path_factory):
     """An ensemble of 2 regression models trained 2 epochs on the bad-SMILES fixture."""
-    out = tmp_path_factory.mktemp("predict") / "run"
-    threads = torch.get_num_threads()
-    status = cli.main(["train", "--data", str(BAD_SMILES_CSV), "--target-columns", "logS",
-                       "--epochs", "2", "--output-dir", str(out),
-                       *TINY, "--ensemble-size", "2"])
-    torch.set_num_threads(threads)
-    assert status == 0
-    return out
+    return bad_smiles_ensemble(tmp_path_factory.mktemp("predict") / "run", epochs=2)
 
 
 def test_rows_stay_aligned_with_errors(ensemble, tmp_path, capsys):

@@ -52,7 +52,7 @@ def test_make_gpu_check_on_the_cpu_writes_a_whole_record(tmp_path):
 def test_a_check_beyond_its_tolerance_fails(bench, monkeypatch):
     rows = bench.engine_correctness(torch.device("cpu"), smoke=True)
     assert [r[-1] for r in rows] == ["ok"] * len(rows)
-    monkeypatch.setitem(bench.TOLERANCE, torch.float32, 1e-12)  # float32 cannot meet it
+    monkeypatch.setattr(bench, "TOLERANCE", 1e-12)  # float32 cannot meet it
     assert [r[-1] for r in bench.engine_correctness(torch.device("cpu"), smoke=True)] == \
         ["FAILED"] * len(rows)
 
