@@ -1,6 +1,7 @@
 """The ``setattn`` command: molecule property prediction from a CSV of SMILES.
 
     setattn train   --data CSV --target-columns T1 [T2 ...] --output-dir DIR [...]
+    setattn pretrain --corpus CSV --output-dir DIR [...]
     setattn predict --model DIR --data CSV --output preds.csv
     setattn embed   --model DIR --data CSV --output vectors.csv [--member K]
     setattn explain --model DIR (--smiles S --output PIC.png | --data CSV --output DIR) [...]
@@ -31,6 +32,7 @@ from setattn.cli.embed import cmd_embed
 from setattn.cli.explain import cmd_explain
 from setattn.cli.parser import build_parser, flag_name
 from setattn.cli.predict import cmd_predict
+from setattn.cli.pretrain import cmd_pretrain
 from setattn.cli.serve import cmd_serve
 from setattn.cli.train import cmd_train
 from setattn.molprop.checkpoint import CheckpointError
@@ -44,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # flags out of range end here (argparse's error)
     process.set_up(args.command, args.num_threads)
-    command = {"train": cmd_train, "predict": cmd_predict, "embed": cmd_embed,
-               "explain": cmd_explain, "serve": cmd_serve}[args.command]
+    command = {"train": cmd_train, "pretrain": cmd_pretrain, "predict": cmd_predict,
+               "embed": cmd_embed, "explain": cmd_explain, "serve": cmd_serve}[args.command]
     try:
         return _run(command, args)
     finally:
@@ -72,6 +74,9 @@ def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace)
             print(f"\nsetattn train: interrupted; the last finished epoch is saved. Continue "
                   f"with: setattn train --output-dir {args.output_dir} --resume",
                   file=sys.stderr)
+        elif args.command == "pretrain":
+            print(f"\nsetattn pretrain: interrupted; its state is saved. Continue with: "
+                  f"setattn pretrain --output-dir {args.output_dir} --resume", file=sys.stderr)
         return 130
 
 

@@ -4,8 +4,9 @@ so that ``setattn.cli.parser`` makes every flag the same way: its name, default,
 text and the range of values it accepts come from one field.
 
 ``train`` takes ``TrainFlags`` and every option of a ``RunConfig``
-(``setattn.molprop.config.run_flags``); ``predict`` takes ``PredictFlags``; ``embed``
-takes ``EmbedFlags``;
+(``setattn.molprop.config.run_flags``); ``pretrain`` takes ``PretrainFlags`` and the
+fields of ``setattn.molprop.pretrain.PretrainConfig``; ``predict`` takes
+``PredictFlags``; ``embed`` takes ``EmbedFlags``;
 ``explain`` takes ``ExplainFlags``; ``serve`` takes ``ServeFlags``.
 """
 
@@ -27,8 +28,8 @@ from setattn.molprop.config import (
 from setattn.molprop.explain import DEFAULT_METHOD
 from setattn.molprop.loop import CHECKPOINT_SECONDS
 
-__all__ = ["RUN_DIR_FLAGS", "EmbedFlags", "ExplainFlags", "PredictFlags", "ServeFlags",
-           "TrainFlags"]
+__all__ = ["RUN_DIR_FLAGS", "EmbedFlags", "ExplainFlags", "PredictFlags", "PretrainFlags",
+           "ServeFlags", "TrainFlags"]
 
 RUN_DIR_FLAGS = ("output_dir", "resume")
 """The ``TrainFlags`` that ``train --help`` lists before the run's settings."""
@@ -107,6 +108,30 @@ class PredictFlags:
         "now, the usable cores less the 1-minute load average; 1 with a GPU); the output "
         "is the same", type=int, bounds=Range(1))
     device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
+    num_threads: int = _threads()
+
+
+@dataclass
+class PretrainFlags:
+    """``setattn pretrain``'s flags besides the pretraining settings
+    (``setattn.molprop.pretrain.PretrainConfig``).
+
+    Attributes:
+        output_dir: the folder written (``encoder.pt`` among it).
+        resume: continue the pretraining in ``output_dir`` with its settings.
+        checkpoint_seconds: least training time between two writes of ``last.pt``.
+        num_threads: torch CPU threads.
+    """
+
+    output_dir: str = option(None, "folder to write: encoder.pt (the encoder for "
+                             "setattn train --pretrained), pretrain.json, last.pt",
+                             required=True)
+    resume: bool = option(False, "continue the interrupted pretraining in --output-dir",
+                          action="store_true", show_default=False)
+    checkpoint_seconds: float = option(
+        60.0, "least training time between two writes of last.pt, which --resume continues "
+        "from (also written at each epoch's end and on Ctrl-C)", type=float, metavar="S",
+        bounds=Range(0, finite=True))
     num_threads: int = _threads()
 
 

@@ -1,6 +1,7 @@
 """The ``setattn`` argument parser. Every flag is a dataclass field made with ``option``:
 ``train``'s come from the run's config dataclasses (``setattn.molprop.config``) and
-``TrainFlags``, ``predict``'s from ``PredictFlags``, ``embed``'s from ``EmbedFlags``,
+``TrainFlags``, ``pretrain``'s from ``PretrainConfig`` (``setattn.molprop.pretrain``) and
+``PretrainFlags``, ``predict``'s from ``PredictFlags``, ``embed``'s from ``EmbedFlags``,
 ``explain``'s from ``ExplainFlags``, ``serve``'s from ``ServeFlags``
 (``setattn.cli.flags``), so each flag is defined once, beside its default and the range
 of values it accepts."""
@@ -17,10 +18,12 @@ from setattn.cli.flags import (
     EmbedFlags,
     ExplainFlags,
     PredictFlags,
+    PretrainFlags,
     ServeFlags,
     TrainFlags,
 )
 from setattn.molprop.config import Range, flag_fields, range_error, run_flags
+from setattn.molprop.pretrain import PretrainConfig
 
 __all__ = ["build_parser", "flag_name"]
 
@@ -100,6 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="setattn", description="Molecule property prediction with attention over atoms.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
+    pretrain = sub.add_parser(
+        "pretrain", help="pretrain the networks' encoder on a CSV of unlabelled SMILES",
+        description="Self-supervised pretraining: the encoder learns to predict each "
+        "molecule's RDKit 2D descriptors and Morgan fingerprint bits from its atom graph. "
+        "Writes encoder.pt, which setattn train --pretrained fine-tunes. Flags left out "
+        "take the defaults shown; with --resume they come from the run.")
+    _add_flags(pretrain, flag_fields(PretrainFlags))
+    _add_flags(pretrain, [f for f in flag_fields(PretrainConfig)
+                          if f.name != "corpus"], left_out_is_none=True)
+    pretrain.add_argument("--corpus", dest="corpus", default=None,
+                          help=flag_fields(PretrainConfig)[0].metadata["help"]
+                          + " (required unless --resume)")
     predict = sub.add_parser("predict", help="predict the targets of a CSV of SMILES",
                              description="One output row per input row, in order; an "
                              "unparsable SMILES gets empty predictions and a message in the "

@@ -286,8 +286,8 @@ def set_up(command: str, num_threads: int) -> None:
     """The process settings of one ``setattn`` command.
 
     Args:
-        command: "train", "predict", "embed", "explain" or "serve"; training also keeps
-            freed memory.
+        command: "train", "pretrain", "predict", "embed", "explain" or "serve"; training
+            and pretraining also keep freed memory.
         num_threads: torch CPU threads.
     """
     torch.set_num_threads(num_threads)
@@ -298,9 +298,10 @@ def set_up(command: str, num_threads: int) -> None:
     if not _CLEANUP:  # once per process, whatever the number of commands it runs
         atexit.register(remove_generated_modules, os.getpid())
         _CLEANUP.append(os.getpid())
-    if command in ("train", "predict", "embed", "explain"):  # serve ends as its server decides
+    # serve ends as its server decides
+    if command in ("train", "pretrain", "predict", "embed", "explain"):
         end_when_stuck()
-    if command == "train":
+    if command in ("train", "pretrain"):
         keep_freed_memory()
     if command == "serve":
         _ENDS_AT_ONCE.append(command)

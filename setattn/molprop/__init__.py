@@ -1,5 +1,5 @@
-"""Molecule property prediction: the product behind ``setattn train / predict / embed /
-explain``.
+"""Molecule property prediction: the product behind ``setattn train / pretrain / predict /
+embed / explain``.
 
 The modules, in the order data flows through them:
 
@@ -17,7 +17,9 @@ The modules, in the order data flows through them:
   ``checkpoint``: a run directory's files (the safe checkpoint format, the lock, output
   checks); ``loop``: ``fit`` one network; ``run``: ``run_training``, a whole run
   directory, what its ``metrics.json`` records and the memory it needs;
-  ``distributed``: torchrun and devices; ``workers``: work in forked processes.
+  ``distributed``: torchrun and devices; ``workers``: work in forked processes;
+  ``pretrain``: self-supervised pretraining of the networks' encoder on unlabelled
+  SMILES, and loading it for fine-tuning.
 - ``predict``: predictions (and the networks' molecule vectors) for SMILES, streamed
   from CSVs of any size, with ``chunk_cache``; ``explain``: one contribution per atom
   to a prediction, and its words.

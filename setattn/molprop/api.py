@@ -315,12 +315,14 @@ class MoleculePredictor(EstimatorConventions):
                  seed: int | None = None, fold: int | None = None,
                  ensemble_size: int | None = None, strict: bool | None = None,
                  kernel_ridge: str | None = None, kernel_fingerprints: str | None = None,
-                 network_weight: str | None = None, max_heavy_atoms: int | None = None,
+                 network_weight: str | None = None, pretrained: str | None = None,
+                 max_heavy_atoms: int | None = None,
                  encoding: str | None = None, epochs: int | None = None,
                  batch_size: int | None = None, lr: float | None = None,
                  weight_decay: float | None = None, patience: int | None = None,
                  device: str | None = None, precision: str | None = None,
-                 compile: bool | None = None, hidden: int | None = None,
+                 compile: bool | None = None, freeze_epochs: int | None = None,
+                 hidden: int | None = None,
                  layers: int | None = None, heads: int | None = None, conv: str | None = None,
                  dropout: float | None = None, global_layers: int | None = None,
                  max_hops: int | None = None) -> None:
@@ -333,6 +335,7 @@ class MoleculePredictor(EstimatorConventions):
             split_column, split_sizes, seed, fold)
         self.ensemble_size, self.strict, self.kernel_ridge = ensemble_size, strict, kernel_ridge
         self.kernel_fingerprints, self.network_weight = kernel_fingerprints, network_weight
+        self.pretrained, self.freeze_epochs = pretrained, freeze_epochs
         self.max_heavy_atoms, self.encoding, self.epochs = max_heavy_atoms, encoding, epochs
         self.batch_size, self.lr, self.weight_decay = batch_size, lr, weight_decay
         self.patience, self.device, self.precision = patience, device, precision

@@ -150,6 +150,8 @@ _REQUIRED = {
     "model": ("kind", "config", "state_dict", "meta"),
     "ensemble": ("kind", "config", "state_dict"),
     "training": ("kind", "config", "state_dict", "optimizer", "scheduler", "rng", "progress"),
+    "pretrained": ("kind", "config", "state_dict", "meta"),
+    "pretraining": ("kind", "config", "state_dict", "optimizer", "scheduler", "progress"),
 }
 
 
@@ -162,8 +164,9 @@ def load_checkpoint(path: str | Path, kind: str = "model",
 
     Args:
         path: the file.
-        kind: "model" (a network's best weights), "training" (its resume state) or
-            "ensemble" (a run's kernel part and weight).
+        kind: "model" (a network's best weights), "training" (its resume state),
+            "ensemble" (a run's kernel part and weight), "pretrained" (an encoder of
+            ``setattn.molprop.pretrain``) or "pretraining" (its resume state).
         map_location: the device its tensors are loaded onto.
 
     Returns:

@@ -449,6 +449,8 @@ class TrainConfig:
         precision: "fp32", or "bf16" for bfloat16 autocast of the training forward passes.
         compile: train through ``torch.compile(model, dynamic=True)`` (the same model and
             weights; validation and prediction stay eager).
+        freeze_epochs: with a pretrained encoder, the first epochs in which it stays
+            frozen and only the head trains.
     """
 
     epochs: int = option(60, "maximum number of epochs", type=int,
@@ -468,6 +470,9 @@ class TrainConfig:
     compile: bool = option(False, "train through torch.compile: a one-off compile (about a "
                            "minute on a CPU, needs a C++ compiler there), then faster steps; "
                            "pays on large training sets", action="store_true")
+    freeze_epochs: int = option(0, "with --pretrained: the first N epochs train the head "
+                                "alone, the pretrained encoder frozen", type=int,
+                                bounds=Range(0, largest=RUN_BOUNDS["epochs"]))
 
     def validate(self) -> None:
         """Raises ValueError naming a setting out of range (``SettingError``: its
@@ -507,6 +512,9 @@ class RunConfig:
         network_weight: "stacked" fits the network's weight in the blend of a regression
             model per task on the validation part (``setattn.molprop.ensemble``);
             "fixed", and every classification model, keep 0.5.
+        pretrained: "none", or the path of an encoder of ``setattn pretrain``
+            (``encoder.pt``) each network starts from; its architecture settings replace
+            the model's (``setattn.molprop.pretrain.ARCHITECTURE``).
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -550,6 +558,10 @@ class RunConfig:
                                  "the validation part and shrunk toward 0.5 by its standard "
                                  "error) or fixed (0.5, as classification always has)",
                                  choices=["stacked", "fixed"])
+    pretrained: str = option("none", "start every network from a pretrained encoder: the "
+                             "encoder.pt of setattn pretrain, whose architecture (--hidden, "
+                             "--layers, --heads, --conv, --global-layers) it takes, or none",
+                             metavar="ENCODER")
     max_heavy_atoms: int = option(MAX_HEAVY_ATOMS, "skip (with --strict: refuse) molecules "
                                   "with more heavy atoms, as invalid SMILES are", type=int,
                                   bounds=Range(1, largest=RUN_BOUNDS["max_heavy_atoms"]))
@@ -593,6 +605,9 @@ class RunConfig:
         if self.kernel_ridge == "on" and not self.model.descriptor_dim:
             raise SettingError("kernel_ridge", "on needs descriptors (it regresses on them), "
                                "not descriptors none", colon=True)
+        if self.train.freeze_epochs and self.pretrained == "none":
+            raise SettingError("freeze_epochs", "needs a pretrained encoder (--pretrained)",
+                               colon=True)
         check_encoding(self.encoding)
         self.train.validate()
         self.model.validate()

@@ -37,7 +37,13 @@ from setattn.molprop.checkpoint import (
     save_checkpoint,
     snapshot,
 )
-from setattn.molprop.config import NetworkConfig, TrainConfig, legacy_batch_size, resolve_device
+from setattn.molprop.config import (
+    NetworkConfig,
+    SettingError,
+    TrainConfig,
+    legacy_batch_size,
+    resolve_device,
+)
 from setattn.molprop.distributed import autocast, model_device, to_device
 from setattn.molprop.ensemble import forward_batches
 from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
@@ -214,6 +220,9 @@ def _set_up(model: MoleculeNetwork, train_data: Sequence[Data], val_data: Sequen
     """Batches, target and descriptor scaling, optimiser and schedule of a fresh model,
     moved to ``config.device``."""
     w = distributed.world()
+    if config.freeze_epochs and w.size > 1:  # DDP expects a gradient of every parameter
+        raise SettingError("freeze_epochs", "trains in one process only, not under torchrun",
+                           colon=True)
     device = resolve_device(config.device)
     batch_size = config.batch_size or legacy_batch_size(len(train_data))
     generator = torch.Generator().manual_seed(config.seed)
@@ -344,6 +353,8 @@ def _run_epoch(training: _Training, progress: Progress, val_data: Sequence[Data]
     w = distributed.world()
     epoch = progress.epoch + 1
     start = time.perf_counter()
+    for p in training.model.encoder_parameters():  # frozen: only the head trains
+        p.requires_grad_(epoch > config.freeze_epochs)
     bar = tqdm(training.loader, desc=f"model {member} epoch {epoch}/{config.epochs}",
                leave=False, disable=None if w.is_main else True, unit="batch")
     train_loss, lr = _train_epoch(training, bar)

@@ -110,6 +110,11 @@ class MoleculeNetwork(nn.Module):
         self.register_buffer("descriptor_mean", torch.zeros(c.descriptor_dim))  # (F_desc,)
         self.register_buffer("descriptor_std", torch.ones(c.descriptor_dim))  # (F_desc,)
 
+    def encoder_parameters(self) -> list[nn.Parameter]:
+        """The parameters of every part but the head: what a pretrained encoder
+        (``setattn.molprop.pretrain``) holds and ``--freeze-epochs`` freezes."""
+        return [p for name, p in self.named_parameters() if not name.startswith("head.")]
+
     def fit_scaling(self, y: Tensor, descriptors: Tensor | None = None) -> None:
         """Set target (regression) and descriptor scaling from training data.
 

@@ -36,7 +36,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -71,6 +71,7 @@ from setattn.molprop.kernels import KernelConfig, KernelPart
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.network import MoleculeNetwork, target_scaling
+from setattn.molprop.pretrain import load_encoder, load_pretrained, pretrained_architecture
 from setattn.viz import plot_training_curve
 
 __all__ = ["TYPICAL_ATOMS", "EpochLog", "MemoryEstimate", "available_memory", "check_memory",
@@ -523,10 +524,11 @@ def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
 
 
 def _train_members(run: RunConfig, parts: _Parts, network_config: NetworkConfig,
-                   out: Path, *, resume: bool,
+                   out: Path, encoder: dict | None, *, resume: bool,
                    callback: Callable[[list[dict]], None] | None, log: Log,
                    checkpoint_seconds: float) -> list[FitResult]:
-    """Fit the K networks one after the other, rewriting ``log.csv`` each epoch."""
+    """Fit the K networks one after the other (each from ``encoder``'s weights when
+    given), rewriting ``log.csv`` each epoch."""
     main = distributed.world().is_main
     results: list[FitResult] = []
     done: list[dict] = []  # the log rows of the finished members
@@ -534,6 +536,8 @@ def _train_members(run: RunConfig, parts: _Parts, network_config: NetworkConfig,
     for k in range(run.ensemble_size):
         torch.manual_seed(run.train.seed + k)
         model = MoleculeNetwork(network_config)
+        if encoder is not None:  # the head stays freshly initialised
+            load_encoder(model, encoder, run.pretrained)
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
         on_epoch = _epoch_callback(epoch_log, done, callback)
         result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
@@ -625,6 +629,9 @@ def run_training(
     log = log if main else quiet
     _check_memory(run)  # the model's size alone, before anything is read or allocated
     run.validate()
+    run, encoder = _with_encoder(run)
+    if encoder is not None:
+        _check_memory(run)  # the encoder's size
     check_not_destination(out, {"--data": run.data}, run.ensemble_size)
     lock = _claim(out, main, resume)
     try:
@@ -634,7 +641,7 @@ def run_training(
         _check_memory(run, parts)  # with the largest batch of the actual molecules
         if main:
             _write_split(parts, run, out, resume, log)
-        metrics = _train(run, parts, out, resume=resume, callback=callback, log=log,
+        metrics = _train(run, parts, out, encoder, resume=resume, callback=callback, log=log,
                          checkpoint_seconds=checkpoint_seconds)
         metrics["wall_time_s"] = time.perf_counter() - start
         if main:
@@ -668,7 +675,21 @@ def _claim(out: Path, main: bool, resume: bool) -> RunLock:
     return lock
 
 
-def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
+def _with_encoder(run: RunConfig) -> tuple[RunConfig, dict | None]:
+    """The run with its pretrained encoder's architecture (a copy; ``run`` itself when it
+    has none) and the encoder's checkpoint (None: ``--pretrained none``).
+
+    Raises:
+        FileNotFoundError, CheckpointError: naming an encoder file missing or foreign.
+    """
+    if run.pretrained == "none":
+        return run, None
+    ckpt = load_pretrained(run.pretrained)
+    model = NetworkConfig.from_dict({**run.model.to_dict(), **pretrained_architecture(ckpt)})
+    return replace(run, model=model), ckpt
+
+
+def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None, *, resume: bool,
            callback: Callable[[list[dict]], None] | None, log: Log,
            checkpoint_seconds: float) -> dict:
     """The kernel ridge and the ensemble on ``parts``, the curve; the metrics."""
@@ -681,7 +702,11 @@ def _train(run: RunConfig, parts: _Parts, out: Path, *, resume: bool,
         kernel, kernel_info = _fit_kernel(run, parts, size, fingerprints, log)
     # the kernel part first: a resumed run reads what it started with
     _save_ensemble(out, run.ensemble_size, kernel, fitted)
-    results = _train_members(run, parts, _network_config(run), out, resume=resume,
+    if encoder is not None:
+        log(f"networks start from the pretrained encoder {run.pretrained} (pretrained on "
+            f"{encoder['meta']['molecules']['train']:,} molecules of "
+            f"{encoder['meta']['corpus']['file']})")
+    results = _train_members(run, parts, _network_config(run), out, encoder, resume=resume,
                              callback=callback, log=log, checkpoint_seconds=checkpoint_seconds)
     ensemble = Ensemble([r.model for r in results], kernel).to(model_device(results[0].model))
     if fitted:
