@@ -294,6 +294,12 @@ def _groups(records: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
     return groups
 
 
+def _shown(value: float | None) -> str:
+    """A mean to 3 decimals, "-" where some run has none (one network: no spread to rank
+    errors by)."""
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _mean(runs: list[dict], key: str) -> float | None:
     values = [r["result"][key] for r in runs if r["result"].get(key) is not None]
     return statistics.mean(values) if values and len(values) == len(runs) else None
@@ -411,7 +417,7 @@ def interval_table(records: list[dict]) -> dict:
         pooled += ours
         coverage, n, band = coverage_band(ours)
         rows.append([name, kind, f"{100 * coverage:.1f} %", str(n or "-"), band,
-                     f"{_mean(ours, 'spearman'):.3f}", f"{_mean(ours, 'mean_width'):.3f}"])
+                     _shown(_mean(ours, "spearman")), _shown(_mean(ours, "mean_width"))])
     if pooled:
         coverage, n, band = coverage_band(pooled)
         rows.append(["all rows", "", f"{100 * coverage:.1f} %", str(n or "-"), band, "", ""])
