@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-GUIDE = ["getting_started", "molecules", "explanations", "attention_graph", "pyg",
-         "examples", "scale", "benchmarks", "defaults"]
+GUIDE = ["getting_started", "molecules", "pretraining", "explanations", "attention_graph",
+         "pyg", "examples", "scale", "benchmarks", "defaults"]
 REFERENCE = ["engine", "topology", "scores", "nn", "domains", "datasets", "viz", "explain",
              "molprop", "cli"]
 
