@@ -72,7 +72,8 @@ from setattn.molprop.config import (
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.network import MoleculeNetwork
 
-__all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "encoder_state", "load_encoder",
+__all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "encoder_state",
+           "load_encoder",
            "load_pretrained", "pretrain", "pretrain_targets", "pretrained_architecture",
            "read_config"]
 
@@ -403,9 +404,19 @@ def _held_out_loss(network: MoleculeNetwork, held: Sequence[Data], targets: Targ
     return total / max(count, 1)
 
 
+def command_line(config: PretrainConfig, out: str | Path) -> str:
+    """The ``setattn pretrain`` command that runs ``config`` into ``out``: every setting
+    spelled out, so that it reproduces the run whatever the defaults become."""
+    flags = [f"--output-dir {out}"]
+    for name, value in asdict(config).items():
+        flags.append(f"--{name.replace('_', '-')} {value}")
+    return "setattn pretrain " + " ".join(flags)
+
+
 def _record(out: Path, config: PretrainConfig, provenance: dict, rows: list[dict],
             best_epoch: int, molecules: dict, seconds: dict, finished: bool) -> None:
-    record = {"config": asdict(config), "corpus": provenance, "molecules": molecules,
+    record = {"command": command_line(config, out), "config": asdict(config),
+              "corpus": provenance, "molecules": molecules,
               "best_epoch": best_epoch, "epochs": rows, "seconds": seconds,
               "finished": finished}
     encoder = out / ENCODER_FILE

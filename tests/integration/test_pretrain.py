@@ -73,6 +73,9 @@ def test_draw_rows_is_a_seeded_sample():
 def test_pretraining_writes_an_encoder_with_its_provenance(pretrained, corpus):
     record = json.loads((pretrained / pt.RECORD_FILE).read_text())
     assert record["finished"] and len(record["epochs"]) == 2
+    args = cli.build_parser().parse_args(record["command"].split()[1:])  # it reproduces the run
+    assert pt.PretrainConfig(**{k: getattr(args, k) for k in record["config"]}) == \
+        pt.PretrainConfig(**record["config"])
     assert record["molecules"]["train"] + record["molecules"]["held_out"] == 159
     assert record["molecules"]["skipped"] == 1  # the invalid row
     assert record["corpus"]["file"] == corpus.name and len(record["corpus"]["sha256"]) == 64
