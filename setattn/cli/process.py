@@ -103,9 +103,15 @@ def _watch(read: int) -> None:
         if not _RUNNING.is_set():  # it did: nothing is stuck
             continue
         name = signal.Signals(signums[0]).name
-        sys.stderr.write(f"setattn: still running {GRACE_SECONDS:g} s after {name} (inside a "
-                         f"call that cannot be interrupted); ending now\n")
-        sys.stderr.flush()
+        # to the process's own standard error, not ``sys.stderr``: that may be a buffer
+        # (a test's capture) that dies with the process unread
+        message = (f"setattn: still running {GRACE_SECONDS:g} s after {name} (inside a call "
+                   f"that cannot be interrupted); ending now (pid {os.getpid()})\n")
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.write(2, message.encode())
         os._exit(128 + signums[0])
 
 
