@@ -14,7 +14,10 @@ part out and holds the validation rows twice, once labelled ``val`` and once ``t
 each tool's "test" predictions are then its predictions on the validation molecules.
 
 Each chemprop anchor (``chemprop_runs``) is an ensemble of ``RunSettings.anchor_ensemble``
-models; a one-model anchor is member 0 of a stored ensemble of ``members_of`` models.
+models; a one-model anchor is member 0 of a stored ensemble of ``members_of`` models. The
+MiniMol anchors (``minimol_runs``: ``minimol_krr``, one kernel ridge, and ``minimol_mlp``,
+an ensemble as chemprop's) fit heads on MiniMol's fingerprints of the same CSV, kept in
+``<out>/minimol/``; they are stored and read back as chemprop's are.
 
 Every run is kept as data when it finishes (``record.store_run``): an anchor in
 ``benchmarks/runs/anchors/<key>.json`` (its test predictions), setattn's in
@@ -46,6 +49,10 @@ from chemprop_runs import (
     run_chemprop,
     stored_result,
 )
+from minimol_runs import HEADS as MINIMOL
+from minimol_runs import anchor_material as minimol_material
+from minimol_runs import head_flags, run_minimol
+from minimol_runs import members_of as minimol_members
 from rdkit import Chem, rdBase
 from record import (
     STORE,
@@ -330,6 +337,9 @@ def tool_flags(tool: str, settings: RunSettings, dataset: str = "") -> str:
     """The flags a tool runs with beyond its defaults (on ``dataset``), as its record says."""
     if tool == "setattn":
         return " ".join(settings.setattn_flags)
+    if tool in MINIMOL:  # its head's settings; chemprop's flags are chemprop's
+        size = minimol_members(tool, settings.anchor_ensemble)
+        return " ".join([*head_flags(tool), *["--ensemble-size", str(size)] * (size > 1)])
     ensemble = ["--ensemble-size", str(settings.anchor_ensemble)] * (settings.anchor_ensemble > 1)
     once = dataset in settings.rdkit_once
     return " ".join([*anchor_flags(tool, once=once), *settings.chemprop_flags, *ensemble])
@@ -339,7 +349,8 @@ def run_name(tool: str, settings: RunSettings) -> str:
     """The folder of a tool's run: the tool's name, plus a digest of the extra flags it got
     (``--setattn-flags`` / ``--chemprop-flags``), so that runs of other flags in the same
     ``--out`` keep their files."""
-    extra = settings.setattn_flags if tool == "setattn" else settings.chemprop_flags
+    extra = (settings.setattn_flags if tool == "setattn" else () if tool in MINIMOL
+             else settings.chemprop_flags)
     if not extra:
         return tool
     return f"{tool}-{hashlib.sha1(' '.join(extra).encode()).hexdigest()[:8]}"
@@ -388,6 +399,11 @@ def run_material(job: Job, tool: str, settings: RunSettings, members: int | None
                     "members": setattn_ensemble(settings.setattn_flags), "seed": job.seed,
                     "threads": settings.threads}
         kind = settings.benchmark
+    elif tool in MINIMOL:
+        size = minimol_members(tool, members or settings.anchor_ensemble)
+        material = minimol_material(data, rows, spec.targets, spec.task, tool, size, job.seed,
+                                    settings.threads)
+        kind = "anchors"
     else:
         flags = anchor_flags(tool, once=job.dataset in settings.rdkit_once)
         material = anchor_material(data, rows, spec.targets, spec.task, tool,
@@ -452,6 +468,8 @@ def stored_record(job: Job, tool: str, settings: RunSettings) -> dict | None:
 def _train_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> dict:
     """Train an anchor and store it in ``anchors/`` (its test predictions, member 0's
     too, and costs); returns its costs."""
+    if tool in MINIMOL:
+        return _train_minimol(job, tool, settings)
     spec = SETS[job.dataset]
     members = settings.anchor_ensemble
     result, smiles, preds = run_chemprop(
@@ -472,8 +490,24 @@ def _train_anchor(job: Job, tool: str, run_dir: Path, settings: RunSettings) -> 
     return result
 
 
+def _train_minimol(job: Job, tool: str, settings: RunSettings) -> dict:
+    """Fit a MiniMol anchor (``minimol_runs``) and store it in ``anchors/`` as a chemprop
+    anchor is (plus what its head chose); returns its costs."""
+    spec = SETS[job.dataset]
+    _, material = run_material(job, tool, settings)
+    result, smiles, preds, member0 = run_minimol(
+        tool, job.data, job.column, spec.targets, spec.task, settings.out / "minimol",
+        job.seed, settings.threads, material["members"])
+    if smiles != job.scored()[0]:
+        raise RuntimeError(f"{tool}'s test rows differ from column {job.column!r} of "
+                           f"{job.data}")
+    content = anchor_content(result, smiles, preds, member0, describes(job, settings))
+    store_run("anchors", material, {**content, "head": result["head"]}, settings.store)
+    return result
+
+
 def run_job(job: Job, tool: str, settings: RunSettings) -> dict | None:
-    """Run ``tool`` ("setattn" or a chemprop anchor) on ``job`` unless a run of it is
+    """Run ``tool`` ("setattn", a chemprop or a MiniMol anchor) on ``job`` unless a run of it is
     stored; store it as soon as it finishes. Returns ``{"tool", "key", "seconds"}``
     (None when skipped), no metric: progress is read without reading results.
 

@@ -22,7 +22,11 @@ and read with ``--descriptors-path``: ``--check-descriptors``); ``--setattn-flag
 ``--chemprop-flags`` add flags. Each anchor trains as many models as setattn
 (``--ensemble-size`` of ``--setattn-flags``, else setattn's default 3;
 ``--anchor-ensemble-size`` sets another), averages their test predictions and sums their
-fit times; a one-model anchor is member 0 of the stored ensemble. Every tool runs with
+fit times; a one-model anchor is member 0 of the stored ensemble. ``--anchors minimol_krr
+minimol_mlp`` adds heads on MiniMol's pretrained fingerprints (``minimol_runs``: a kernel
+ridge chosen on the validation rows, and the MiniMol authors' MLP, an ensemble of as many
+models), shown as further columns; they are not part of the pre-registered report, and a
+call with them never writes its maintained record. Every tool runs with
 ``--threads`` CPU threads (default 1), setattn with its feature cache off, one at a time.
 
 Cost, in turn (``--rounds R``): on the first seed's split of every (set, split), setattn's
@@ -50,6 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chemprop_runs import same_descriptors  # noqa: E402
+from minimol_runs import HEADS  # noqa: E402
 from molecule_jobs import (  # noqa: E402
     SETS,
     SPLIT_KINDS,
@@ -93,9 +98,13 @@ def part_seeds(part: str | None) -> dict[str, list[int]]:
     parts = [part] if part in REPORT_PARTS else list(REPORT_PARTS)
     return {name: list(REPORT_PARTS[p][1]) for p in parts for name in REPORT_PARTS[p][0]}
 ANCHORS = ("chemprop", "chemprop_rdkit")
+"""The pre-registered anchors: the default of ``--anchors``."""
+MINIMOL_ANCHORS = tuple(HEADS)
+ALL_ANCHORS = (*ANCHORS, *MINIMOL_ANCHORS)
 ROUND_TOOLS = ("setattn", "chemprop_w96", "chemprop")
 NAMES = {"setattn": "setattn", "chemprop": "chemprop 2.3.1",
-         "chemprop_rdkit": "chemprop + rdkit_2d", "chemprop_w96": "chemprop width 96, depth 1"}
+         "chemprop_rdkit": "chemprop + rdkit_2d", "chemprop_w96": "chemprop width 96, depth 1",
+         "minimol_krr": "MiniMol + kernel ridge", "minimol_mlp": "MiniMol + MLP"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -111,8 +120,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="split seeds of every set (default: each set's report part's)")
     p.add_argument("--report", choices=("test", "val"), default="test",
                    help="the part whose metric is printed (val: no tool sees the test part)")
-    p.add_argument("--anchors", nargs="*", default=list(ANCHORS), choices=list(ANCHORS))
-    p.add_argument("--skip-chemprop", action="store_true", help="only run setattn")
+    p.add_argument("--anchors", nargs="*", default=list(ANCHORS), choices=list(ALL_ANCHORS),
+                   help="the anchors beside setattn (default: the two chemprop ones; "
+                   "minimol_krr / minimol_mlp: heads on MiniMol's fingerprints)")
+    p.add_argument("--skip-chemprop", action="store_true",
+                   help="run no chemprop anchor: setattn only, and the MiniMol anchors asked "
+                   "for in --anchors")
     p.add_argument("--anchors-only", action="store_true",
                    help="only train the anchors not stored yet; no table, no record")
     p.add_argument("--rounds", type=int, default=0,
@@ -148,7 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.set_seeds = {name: args.seeds or sets.get(name, list(REPORT_SEEDS))
                       for name in args.datasets}
     if args.skip_chemprop:
-        args.anchors = []
+        args.anchors = [a for a in args.anchors if a in MINIMOL_ANCHORS]
     if args.anchors_only and args.tables_only:
         p.error("--anchors-only trains, --tables-only does not: give one")
     return args
@@ -316,34 +329,41 @@ def seed_wins(tools: dict[str, list[dict]], anchors: list[str], metric: str) -> 
     return f"{wins}/{len(seeds)}"
 
 
+def shown_anchors(records: list[dict]) -> list[str]:
+    """The anchor columns of the quality table: the chemprop ones, and the MiniMol ones
+    that have runs among ``records``."""
+    ran = {r["tool"] for r in records}
+    return [*ANCHORS, *[a for a in MINIMOL_ANCHORS if a in ran]]
+
+
 def quality_table(records: list[dict], part: str) -> dict:
     """Per (set, split): each tool's mean +- std over seeds, the best mean, seed wins."""
-    rows = []
+    rows, shown = [], shown_anchors(records)
     for (name, kind), tools in _groups(records).items():
         metric = SETS[name].metric
-        anchors = [a for a in ANCHORS if tools.get(a)]
+        anchors = [a for a in shown if tools.get(a)]
         means = {t: _mean(tools.get(t, []), "metric") for t in ("setattn", *anchors)}
         known = {t: m for t, m in means.items() if m is not None}
         best = (min if metric == "rmse" else max)(known, key=known.get) if known else None
         ours = tools.get("setattn", [])
         rows.append([name, kind, SETS[name].label, " ".join(str(r["seed"]) for r in ours) or "-",
                      mean_std(ours), mean_std(ours, "network"), mean_std(ours, "kernel"),
-                     *[mean_std(tools.get(a, [])) for a in ANCHORS],
+                     *[mean_std(tools.get(a, [])) for a in shown],
                      NAMES[best] if best else "-", seed_wins(tools, anchors, metric)])
     return table(f"quality on the {part} part, mean +- std over seeds",
                  ["data set", "split", "metric", "seeds", "setattn", "network alone",
-                  "kernel ridge alone", NAMES["chemprop"], NAMES["chemprop_rdkit"], "best mean",
+                  "kernel ridge alone", *[NAMES[a] for a in shown], "best mean",
                   "setattn wins (seeds)"], rows,
                  "RMSE: lower is better; ROC-AUC: higher. network alone / kernel ridge alone: "
                  "the two parts of setattn's blended prediction scored apart. setattn wins: "
-                 "seeds on which setattn beats both anchors.")
+                 "seeds on which setattn beats every anchor of the row.")
 
 
 def paired_table(records: list[dict]) -> dict:
     """Per (set, split) and anchor: setattn's paired advantage over the seeds."""
     rows = []
     for (name, kind), tools in _groups(records).items():
-        for anchor in ANCHORS:
+        for anchor in ALL_ANCHORS:
             if tools.get(anchor) and tools.get("setattn"):
                 rows.append([name, kind, NAMES[anchor],
                              *paired(tools["setattn"], tools[anchor], SETS[name].metric)])
@@ -431,8 +451,8 @@ def interval_table(records: list[dict]) -> dict:
 
 def summary(quality: dict, cost: dict) -> str:
     """The record's summary: rows won and the in-turn cost ratios."""
-    rows = quality["rows"]
-    won = sum(r[9] == "setattn" for r in rows)
+    rows, best = quality["rows"], quality["columns"].index("best mean")
+    won = sum(r[best] == "setattn" for r in rows)
     text = (f"setattn's defaults against chemprop 2.3.1 (its defaults, and with RDKit 2D "
             f"descriptors) on {len({r[0] for r in rows})} molecule sets, random and scaffold "
             f"splits: setattn has the best mean test metric on {won} of {len(rows)} rows.")
