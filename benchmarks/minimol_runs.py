@@ -73,6 +73,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from chemprop_runs import anchor_content as chemprop_content
 from chemprop_runs import anchor_material as chemprop_material
 from record import timed
 
@@ -259,6 +260,15 @@ def anchor_material(data: str, rows: str, targets: tuple[str, ...], task: str, t
     material = chemprop_material(data, rows, targets, task, tool, head_flags(tool),
                                  members, seed, threads)
     return {**material, "version": version(tool)}
+
+
+def anchor_content(result: dict, smiles: list[str], preds: np.ndarray,
+                   member0: np.ndarray | None, describes: dict) -> dict:
+    """What a MiniMol anchor run's file holds beside its key: chemprop's anchor content
+    (``chemprop_runs.anchor_content``) of :func:`run_minimol`'s result, and what its head
+    chose (``head``)."""
+    return {**chemprop_content(result, smiles, preds, member0, describes),
+            "head": result["head"]}
 
 
 def parts(labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

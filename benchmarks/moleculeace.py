@@ -17,11 +17,19 @@ part of an activity cliff (``cliff_mol``). The paper's results (``published_resu
 are printed beside a test report: SVM, gradient boosting (GBM) and random forests on
 ECFP, and its graph networks (GAT, MPNN, AttentiveFP).
 
-Each finished run is kept at once as data (``record.store_run``): chemprop's in
-``benchmarks/runs/anchors/`` (its test predictions; the molecule benchmark's store, keyed
-by the set file, the split's rows, the tool, version, members, seed and threads), setattn's
-record in ``benchmarks/runs/moleculeace/``. A rerun skips stored runs and starts an
-interrupted one again; ``--tables-only`` trains nothing.
+``--anchors minimol_krr minimol_mlp`` (beside or instead of ``chemprop``) adds heads on
+MiniMol's pretrained fingerprints (``minimol_runs``: a kernel ridge whose gamma and alpha
+are chosen on the validation tenth, one model; and the MiniMol authors' MLP, early-stopped
+on the validation tenth, an ensemble of setattn's size), on the same split CSV as chemprop,
+shown as further columns. Their fingerprints are kept in ``<--out>/minimol/`` by SMILES,
+shared by every set of the run. They are not part of the pre-registered reading: a call
+with them never writes ``results/moleculeace.json``.
+
+Each finished run is kept at once as data (``record.store_run``): an anchor's (chemprop's,
+MiniMol's) in ``benchmarks/runs/anchors/`` (its test predictions; the molecule benchmark's
+store, keyed by the set file, the split's rows, the tool, its flags and version, members,
+seed and threads), setattn's record in ``benchmarks/runs/moleculeace/``. A rerun skips
+stored runs and starts an interrupted one again; ``--tables-only`` trains nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +52,11 @@ from chemprop_runs import (  # noqa: E402
     run_chemprop,
     stored_result,
 )
+from minimol_runs import HEADS as MINIMOL  # noqa: E402
+from minimol_runs import anchor_content as minimol_content  # noqa: E402
+from minimol_runs import anchor_material as minimol_material  # noqa: E402
+from minimol_runs import members_of as minimol_members  # noqa: E402
+from minimol_runs import run_minimol  # noqa: E402
 from molecule_jobs import library_digest, setattn_ensemble  # noqa: E402
 from record import (  # noqa: E402
     STORE,
@@ -64,6 +77,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "moleculeace"
 TARGET = "y [pEC50/pKi]"
 VAL_FRACTION, VAL_SEED = 0.1, 0
+ANCHOR_TOOLS = ("chemprop", *MINIMOL)
+"""The anchors ``--anchors`` may name: chemprop's defaults and the MiniMol heads."""
+MINIMOL_NOTES = {
+    "minimol_krr": "a kernel ridge on MiniMol's fingerprints, gamma and alpha chosen on the "
+                   "validation tenth",
+    "minimol_mlp": "the MiniMol authors' MLP on its fingerprints, early-stopped on the "
+                   "validation tenth, at setattn's ensemble size"}
+"""What the table's notes say of each MiniMol column."""
 PAPER = {"SVM + ECFP": ("SVM", "ECFP"), "GBM + ECFP": ("GBM", "ECFP"), "RF + ECFP": ("RF", "ECFP"),
          "GAT": ("GAT", "GRAPH"), "MPNN": ("MPNN", "GRAPH"), "AttentiveFP": ("AFP", "GRAPH")}
 
@@ -142,17 +163,30 @@ def run_setattn(rows: list[dict], data: Path, run_dir: Path, flags: list[str]) -
     return {"seconds": seconds, **scores(rows, dict(zip(test, mean[:, 0].tolist())))}
 
 
+def train_anchor(tool: str, data: Path, run_dir: Path, members: int, cache: Path,
+                 describes: dict) -> dict:
+    """Train anchor ``tool`` on the split CSV (its ``split`` column; one thread, seed
+    ``VAL_SEED``): chemprop 2.3.1 with its defaults in ``run_dir``, or a MiniMol head on
+    the fingerprints kept in ``cache``; ``members`` models. What its stored file holds."""
+    if tool in MINIMOL:
+        result, smiles, preds, member0 = run_minimol(tool, data, "split", ("y",), "regression",
+                                                     cache, VAL_SEED, 1, members)
+        return minimol_content(result, smiles, preds, member0, describes)
+    result, smiles, preds = run_chemprop(data, "split", ("y",), "regression", run_dir,
+                                         VAL_SEED, 1, [], members)
+    member0 = member_predictions(run_dir, ("y",))[1] if members > 1 else None
+    return anchor_content(result, smiles, preds, member0, describes)
+
+
 def run_anchor(rows: list[dict], data: Path, run_dir: Path, material: dict, store: Path,
-               describes: dict) -> dict:
-    """chemprop 2.3.1 (its defaults, ``material["members"]`` models) on the same split CSV,
-    scored; read from its stored run where there is one, else trained and stored."""
+               describes: dict, cache: Path) -> dict:
+    """An anchor (``material["tool"]``, ``material["members"]`` models) on the same split
+    CSV, scored; read from its stored run where there is one, else trained
+    (:func:`train_anchor`) and stored."""
     run = load_stored("anchors", run_key(material), store)
     if run is None:
-        members = material["members"]
-        result, smiles, preds = run_chemprop(data, "split", ("y",), "regression", run_dir,
-                                             VAL_SEED, 1, [], members)
-        member0 = member_predictions(run_dir, ("y",))[1] if members > 1 else None
-        content = anchor_content(result, smiles, preds, member0, describes)
+        content = train_anchor(material["tool"], data, run_dir, material["members"], cache,
+                               describes)
         run = load_stored("anchors", store_run("anchors", material, content, store).stem, store)
     result, smiles, preds = stored_result(run)
     return {**result, **scores(rows, dict(zip(smiles, preds[:, 0].tolist())))}
@@ -161,23 +195,29 @@ def run_anchor(rows: list[dict], data: Path, run_dir: Path, material: dict, stor
 def materials(name: str, rows: list[dict], labels: list[str], flags: list[str]
               ) -> dict[str, dict]:
     """Each tool's key material on one set's split (``record.run_key``): the set file's
-    and the split rows' digests, the tool, its flags and version, members, seed, threads."""
+    and the split rows' digests, the tool, its flags and version, members, seed, threads.
+    chemprop and the MiniMol MLP train as many models as setattn, the kernel ridge one."""
     data, split = file_digest(DATA / f"{name}.csv"), rows_digest(
         [r["smiles"] for r in rows], labels)
     members = setattn_ensemble(flags)
     ours = {"kind": "setattn", "data": data, "rows": split, "targets": ["y"],
             "task": "regression", "tool": "setattn", "flags": flags,
             "version": library_digest(), "members": members, "seed": VAL_SEED, "threads": 1}
+    minimol = {tool: minimol_material(data, split, ("y",), "regression", tool,
+                                      minimol_members(tool, members), VAL_SEED, 1)
+               for tool in MINIMOL}
     return {"setattn": ours, "chemprop": anchor_material(
-        data, split, ("y",), "regression", "chemprop", [], members, VAL_SEED, 1)}
+        data, split, ("y",), "regression", "chemprop", [], members, VAL_SEED, 1), **minimol}
 
 
 def run_all(args: argparse.Namespace) -> dict[str, dict]:
     """Every (set, tool) run not stored yet, each stored as it finishes (an anchor in
     ``benchmarks/runs/anchors/``, setattn's record in ``benchmarks/runs/moleculeace/``);
     with ``args.tables_only`` none is trained (SystemExit naming the missing keys). All
-    the runs asked for, by "<set> <part> <tool> <flags>"."""
+    the runs asked for, by "<set> <part> <tool> <flags>". The MiniMol anchors of every
+    set share the fingerprints kept in ``<args.out>/minimol/``."""
     flags = shlex.split(args.setattn_flags)
+    cache = args.out / "minimol"
     saved, missing = {}, []
     for name in args.sets:
         rows, labels = report_rows(read_set(name), args.report)
@@ -199,7 +239,7 @@ def run_all(args: argparse.Namespace) -> dict[str, dict]:
                 shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts again
             result = run_setattn(rows, data, run_dir, flags) if ours else run_anchor(
                 rows, data, run_dir, material, args.store,
-                {"benchmark": "moleculeace", "set": name, "part": args.report})
+                {"benchmark": "moleculeace", "set": name, "part": args.report}, cache)
             saved[key] = {"set": name, "report": args.report, "tool": tool, **result}
             if ours:
                 store_run("moleculeace", material, {"record": saved[key]}, args.store)
@@ -224,13 +264,22 @@ def published() -> dict[tuple[str, str], dict[str, float]]:
     return out
 
 
+def shown_tools(runs: dict[str, dict], tools: list[str]) -> list[str]:
+    """The tools the table shows: those asked for, a MiniMol anchor only where ``runs``
+    hold runs of it."""
+    ran = {r["tool"] for r in runs.values()}
+    return [t for t in tools if t not in MINIMOL or t in ran]
+
+
 def build_tables(runs: dict[str, dict], sets: list[str], tools: list[str], report: str
                  ) -> tuple[dict, str]:
-    """One row per set and a row of means: each tool's and each paper method's RMSE
-    (cliff RMSE; the paper's on the test rows, so only beside a ``test`` report); the
-    summary sentence."""
+    """One row per set and a row of means: each tool's (:func:`shown_tools`) and each
+    paper method's RMSE (cliff RMSE; the paper's on the test rows, so only beside a
+    ``test`` report); the summary sentence."""
     paper = published() if report == "test" else {}
     ours = {(r["set"], r["tool"]): r for r in runs.values()}
+    tools = shown_tools(runs, tools)
+    minimol = [t for t in tools if t in MINIMOL]
     done = [s for s in sets if all((s, t) in ours for t in tools)]
     columns = [*tools, *(PAPER if paper else ())]
 
@@ -255,17 +304,25 @@ def build_tables(runs: dict[str, dict], sets: list[str], tools: list[str], repor
     if "chemprop" in tools and done:
         won = sum(ours[(s, "setattn")]["rmse"] < ours[(s, "chemprop")]["rmse"] for s in done)
         text += f" Better than chemprop at the same ensemble size on {won} of {len(done)}."
+    for tool in minimol if done else ():
+        won = sum(ours[(s, "setattn")]["rmse"] < ours[(s, tool)]["rmse"] for s in done)
+        text += f" Better than {tool} on {won} of {len(done)}."
+    notes = ("setattn and chemprop: trained here on the authors' train rows (a tenth of "
+             "them for validation), the test rows predicted once. The other columns: the "
+             "paper's published results.")
+    if minimol:
+        notes += (" " + "; ".join(f"{t}: {MINIMOL_NOTES[t]}" for t in minimol) + "; trained "
+                  "here on the same rows as chemprop, not part of the pre-registered reading.")
     return table(f"{report} RMSE (cliff RMSE) per set, pKi / pEC50 units", ["set", *columns], rows,
-                 "setattn and chemprop: trained here on the authors' train rows (a tenth of "
-                 "them for validation), the test rows predicted once. The other columns: the "
-                 "paper's published results."), text
+                 notes), text
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sets", nargs="+", default=set_names(), metavar="SET")
-    p.add_argument("--anchors", nargs="*", default=["chemprop"], choices=["chemprop"],
-                   help="chemprop at setattn's ensemble size (none: --anchors alone)")
+    p.add_argument("--anchors", nargs="*", default=["chemprop"], choices=list(ANCHOR_TOOLS),
+                   help="chemprop at setattn's ensemble size, and minimol_krr / minimol_mlp: "
+                   "heads on MiniMol's fingerprints (none: --anchors alone)")
     p.add_argument("--setattn-flags", default="", metavar="FLAGS")
     p.add_argument("--report", choices=("test", "val"), default="test",
                    help="the part scored (val: the validation tenth; no test row is read)")
@@ -276,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="train nothing: the table and record of the stored runs")
     args = p.parse_args(argv)
     runs = run_all(args)
-    whole = (set(args.sets) == set(set_names()) and args.anchors and not args.setattn_flags
+    whole = (set(args.sets) == set(set_names()) and "chemprop" in args.anchors
+             and not set(args.anchors) & set(MINIMOL) and not args.setattn_flags
              and args.report == "test")
     tools = ["setattn", *args.anchors]
     runs = {k: r for k, r in runs.items() if r["report"] == args.report}
