@@ -284,7 +284,7 @@ class Targets:
     def fit(cls, descriptors: Tensor) -> Targets:
         """From (M, F_desc) training descriptors."""
         d = torch.nan_to_num(descriptors.double(), nan=0.0, posinf=0.0, neginf=0.0)
-        sample = d[torch.linspace(0, len(d) - 1, min(len(d), 100_000)).long()]
+        sample = d[torch.linspace(0, len(d) - 1, min(len(d), 100_000), device=d.device).long()]
         low = torch.quantile(sample, 0.005, dim=0)  # (F_desc,)
         high = torch.quantile(sample, 0.995, dim=0)  # (F_desc,)
         clipped = d.clamp(low, high)  # (M, F_desc)
@@ -387,7 +387,7 @@ def load_encoder(network: MoleculeNetwork, ckpt: dict, path: str | Path = "encod
 def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     """The molecules' order in ``epoch`` (0-based), the same on every resume."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=generator).tolist()
+    return torch.randperm(n, generator=generator, device="cpu").tolist()
 
 
 def _held_out_loss(network: MoleculeNetwork, held: Sequence[Data], targets: Targets,
