@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from record import timed
+from record import install_venv, timed
 
 CHEMPROP_VENV = Path(__file__).resolve().parent / ".venv-chemprop"
 CHEMPROP_VERSION, TORCH_VERSION = "2.3.1", "2.13.0"
@@ -113,11 +113,8 @@ def ensure_chemprop(venv: Path = CHEMPROP_VENV) -> Path:
     """The Python of chemprop's virtual environment, installing chemprop there if needed."""
     python = venv / "bin" / "python"
     if not (venv / "bin" / "chemprop").exists():
-        print(f"installing chemprop 2.3.1 into {venv} ...", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, f"torch=={TORCH_VERSION}", f"chemprop=={CHEMPROP_VERSION}"],
-                       check=True)
+        install_venv(venv, [f"torch=={TORCH_VERSION}", f"chemprop=={CHEMPROP_VERSION}"],
+                     f"chemprop {CHEMPROP_VERSION}")
     return python
 
 

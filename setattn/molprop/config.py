@@ -49,8 +49,8 @@ __all__ = ["DEFAULT_DESCRIPTORS", "DESCRIPTORS", "DEVICE_HELP", "FEATURIZE_SECON
            "SPLITS", "Range", "RunConfig", "SettingError", "TrainConfig", "bounded",
            "check_device", "check_prediction_columns", "check_ranges", "check_sizes",
            "config_from_dict", "config_section", "flag_fields", "key_error", "legacy_batch_size",
-           "new_run", "option", "option_names", "prediction_columns", "range_error",
-           "resolve_device", "run_flags"]
+           "lr_option", "new_run", "option", "option_names", "prediction_columns", "range_error",
+           "resolve_device", "run_flags", "weight_decay_option"]
 
 
 T = TypeVar("T")
@@ -153,6 +153,17 @@ def option(default: Any, help: str, *, bounds: Range | None = None,
 def bounded(default: Any, bounds: Range) -> Any:
     """A dataclass field that is no flag but accepts only the values of ``bounds``."""
     return field(default=default, metadata={"range": bounds})
+
+
+def lr_option() -> Any:
+    """``--lr`` of a run's training and of ``setattn pretrain``."""
+    return option(1e-3, "peak learning rate (AdamW, OneCycle schedule)", type=float,
+                  bounds=Range(0, low_open=True, finite=True))
+
+
+def weight_decay_option() -> Any:
+    """``--weight-decay`` of a run's training and of ``setattn pretrain``."""
+    return option(0.0, "AdamW weight decay", type=float, bounds=Range(0, finite=True))
 
 
 def flag_fields(config: type) -> list[Field]:
@@ -457,10 +468,8 @@ class TrainConfig:
                          bounds=Range(1, largest=RUN_BOUNDS["epochs"]))
     batch_size: int | None = option(96, "molecules per batch", type=int,
                                     bounds=Range(1, largest=RUN_BOUNDS["batch_size"]))
-    lr: float = option(1e-3, "peak learning rate (AdamW, OneCycle schedule)", type=float,
-                       bounds=Range(0, low_open=True, finite=True))
-    weight_decay: float = option(0.0, "AdamW weight decay", type=float,
-                                 bounds=Range(0, finite=True))
+    lr: float = lr_option()
+    weight_decay: float = weight_decay_option()
     patience: int = option(20, "early stopping: epochs without a better validation metric",
                            type=int, bounds=Range(1))
     seed: int = 0

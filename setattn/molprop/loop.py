@@ -353,8 +353,9 @@ def _run_epoch(training: _Training, progress: Progress, val_data: Sequence[Data]
     w = distributed.world()
     epoch = progress.epoch + 1
     start = time.perf_counter()
-    for p in training.model.encoder_parameters():  # frozen: only the head trains
-        p.requires_grad_(epoch > config.freeze_epochs)
+    if config.freeze_epochs:  # a pretrained encoder frozen at first: only the head trains
+        for p in training.model.encoder_parameters():
+            p.requires_grad_(epoch > config.freeze_epochs)
     bar = tqdm(training.loader, desc=f"model {member} epoch {epoch}/{config.epochs}",
                leave=False, disable=None if w.is_main else True, unit="batch")
     train_loss, lr = _train_epoch(training, bar)

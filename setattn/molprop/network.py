@@ -33,6 +33,9 @@ from setattn.molprop.config import (
 from setattn.nn import DistanceBiasedBlock, GATConv, GATv2Conv, GlobalAttentionPool, hop_buckets
 from setattn.topology import complete, ptr_from_batch
 
+_SCALING = ("target_mean", "target_std", "descriptor_mean", "descriptor_std")
+"""The buffers of statistics fitted on a run's training set (not the encoder's)."""
+
 
 def target_scaling(y: Tensor) -> tuple[Tensor, Tensor]:
     """Mean (T,) and standard deviation (T,) of (M, T) regression targets, NaN skipped
@@ -110,10 +113,19 @@ class MoleculeNetwork(nn.Module):
         self.register_buffer("descriptor_mean", torch.zeros(c.descriptor_dim))  # (F_desc,)
         self.register_buffer("descriptor_std", torch.ones(c.descriptor_dim))  # (F_desc,)
 
+    @staticmethod
+    def in_encoder(key: str) -> bool:
+        """Whether a state-dict key belongs to the encoder: every part but the head and
+        the target and descriptor scaling (what ``setattn.molprop.pretrain`` trains)."""
+        return not key.startswith("head.") and key not in _SCALING
+
     def encoder_parameters(self) -> list[nn.Parameter]:
-        """The parameters of every part but the head: what a pretrained encoder
-        (``setattn.molprop.pretrain``) holds and ``--freeze-epochs`` freezes."""
-        return [p for name, p in self.named_parameters() if not name.startswith("head.")]
+        """The encoder's parameters, what ``--freeze-epochs`` freezes."""
+        return [p for name, p in self.named_parameters() if self.in_encoder(name)]
+
+    def encoder_state(self) -> dict[str, Tensor]:
+        """The encoder's weights and buffers: what a pretrained encoder holds."""
+        return {k: v for k, v in self.state_dict().items() if self.in_encoder(k)}
 
     def fit_scaling(self, y: Tensor, descriptors: Tensor | None = None) -> None:
         """Set target (regression) and descriptor scaling from training data.

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import hashlib
 import json
 import math
 import random
@@ -66,14 +65,15 @@ from setattn.molprop.config import (
     SettingError,
     check_ranges,
     descriptor_dim,
+    lr_option,
     option,
     resolve_device,
+    weight_decay_option,
 )
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.network import MoleculeNetwork
 
-__all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "encoder_state",
-           "load_encoder",
+__all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "load_encoder",
            "load_pretrained", "pretrain", "pretrain_targets", "pretrained_architecture",
            "read_config"]
 
@@ -112,8 +112,8 @@ class PretrainConfig:
         device: where it trains.
     """
 
-    corpus: str = option(None, "CSV of SMILES (.csv or .csv.gz; other columns are ignored)",
-                         required=True)
+    corpus: str = option(None, "CSV of SMILES (.csv or .csv.gz; other columns are ignored; "
+                         "required unless --resume)")
     smiles_column: str = option("smiles", "its SMILES column")
     molecules: int = option(200_000, "rows drawn at random from the corpus (0: all)",
                             type=int, bounds=Range(0))
@@ -123,10 +123,8 @@ class PretrainConfig:
                          bounds=Range(1, largest=10_000))
     batch_size: int = option(128, "molecules per batch", type=int,
                              bounds=Range(1, largest=65_536))
-    lr: float = option(1e-3, "peak learning rate (AdamW, OneCycle schedule)", type=float,
-                       bounds=Range(0, low_open=True, finite=True))
-    weight_decay: float = option(0.0, "AdamW weight decay", type=float,
-                                 bounds=Range(0, finite=True))
+    lr: float = lr_option()
+    weight_decay: float = weight_decay_option()
     seed: int = option(0, "seed of the draw, the initialisation and the batch order",
                        type=int, bounds=Range(0))
     hidden: int = option(192, "atom state width (divisible by --heads)", type=int,
@@ -323,17 +321,6 @@ def pretrain_loss(out: Tensor, z: Tensor, bits: Tensor, keep: Tensor) -> Tensor:
 
 # -- checkpoints --------------------------------------------------------------------------
 
-def encoder_state(network: MoleculeNetwork) -> dict[str, Tensor]:
-    """The encoder's weights: the network's state less its head and its target and
-    descriptor scaling."""
-    return {k: v for k, v in network.state_dict().items() if _is_encoder(k)}
-
-
-def _is_encoder(key: str) -> bool:
-    return not key.startswith("head.") and key not in (
-        "target_mean", "target_std", "descriptor_mean", "descriptor_std")
-
-
 def load_pretrained(path: str | Path) -> dict:
     """An ``encoder.pt`` checkpoint (kind "pretrained"), read with ``weights_only=True``.
 
@@ -369,7 +356,7 @@ def load_encoder(network: MoleculeNetwork, ckpt: dict, path: str | Path = "encod
             raise CheckpointError(f"{path}: the encoder was pretrained with model.{key} "
                                   f"{value!r}, this network has {now[key]!r}")
     state = ckpt["state_dict"]
-    expected = set(encoder_state(network))
+    expected = set(network.encoder_state())
     if set(state) != expected:
         extra = sorted(set(state) - expected)[:3]
         missing = sorted(expected - set(state))[:3]
@@ -421,7 +408,7 @@ def _record(out: Path, config: PretrainConfig, provenance: dict, rows: list[dict
               "finished": finished}
     encoder = out / ENCODER_FILE
     if encoder.is_file():
-        record["encoder_sha256"] = hashlib.sha256(encoder.read_bytes()).hexdigest()
+        record["encoder_sha256"] = file_sha256(encoder)
     with atomic_open(out / RECORD_FILE, "w") as handle:
         json.dump(json_safe(record), handle, indent=1)
 
@@ -520,7 +507,7 @@ def pretrain(config: PretrainConfig | None, out_dir: str | Path, *, resume: bool
 
     def save_encoder() -> None:
         save_checkpoint({"kind": "pretrained", "config": architecture,
-                         "state_dict": snapshot(encoder_state(network)),
+                         "state_dict": snapshot(network.encoder_state()),
                          "meta": json_safe({"corpus": provenance, "molecules": molecules,
                                             "settings": asdict(config),
                                             "epoch": state["epoch"],

@@ -4,6 +4,7 @@ RDKit's Morgan bits, the heads' choices, their keys and their stored runs."""
 from __future__ import annotations
 
 import csv
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def test_the_fingerprint_command_reads_a_csv_and_writes_a_npy(mm, tmp_path, monk
 
 def test_ensure_minimol_installs_once_with_the_torch_pin(mm, tmp_path, monkeypatch):
     commands = []
-    monkeypatch.setattr(mm.subprocess, "run", lambda cmd, check: commands.append(cmd))
+    monkeypatch.setattr(subprocess, "run", lambda cmd, check: commands.append(cmd))
     venv = tmp_path / "venv"
     assert mm.ensure_minimol(venv) == venv / "bin" / "python"
     assert commands[0][1:] == ["-m", "venv", str(venv)]
