@@ -117,11 +117,16 @@ def _csr_numpy(rows: np.ndarray, cols: np.ndarray, n_rows: int,
     crow[:-1] = np.add(start[:-1] * heads, hs * deg).T.ravel()
     crow[-1] = e * heads
     r = rows[by_row]  # (E,) row of each sorted edge
-    slot = np.add(start[r] * (heads - 1) + np.arange(e, dtype=np.int64), hs * deg[r])  # (H, E)
+    # four (H, E) arrays in all, one of them reused: on a large graph's first call each
+    # fresh one costs its page faults
+    slot = np.multiply(hs, deg[r])  # (H, E)
+    slot += start[r] * (heads - 1) + np.arange(e, dtype=np.int64)
+    values = np.add(cols[by_row].astype(np.int64, copy=False) * heads, hs)  # (H, E)
     col = np.empty(e * heads, dtype=np.int64)  # (E * H,)
-    col[slot] = np.add(cols[by_row].astype(np.int64, copy=False) * heads, hs)
+    col[slot] = values
+    np.add(by_row * heads, hs, out=values)
     order = np.empty(e * heads, dtype=np.int64)  # (E * H,)
-    order[slot] = np.add(by_row * heads, hs)
+    order[slot] = values
     return crow, col, order
 
 
