@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -29,12 +31,17 @@ def test_readme_pyg_example_runs():
     assert out.getvalue().splitlines() == ["True (8, 2)"]
 
 
-def _results_blocks() -> list[tuple[list[str], str]]:
-    """The README's results tables, each with the records its paragraph names."""
+def _results_parts() -> list[str]:
+    """The README's results paragraphs, each with its table."""
     text = README.read_text()
     section = text[text.index("## Results"):text.index("## Learn more")]
+    return section.split("\n\n**")[1:]
+
+
+def _results_blocks() -> list[tuple[list[str], str]]:
+    """The README's results tables, each with the records its paragraph names."""
     blocks = []
-    for part in section.split("\n\n**")[1:]:
+    for part in _results_parts():
         records = re.findall(r"benchmarks/results/(\w+)\.json", part)
         table = "\n".join(line for line in part.splitlines() if line.startswith("|"))
         blocks.append((records, table))
@@ -54,3 +61,33 @@ def test_readme_results_come_from_the_records_they_name():
         assert numbers, table
         missing = [n for n in numbers if not any(n in cell for cell in cells)]
         assert missing == [], f"README numbers not in {records}: {missing}"
+
+
+MARKS = {"current": "current)", "earlier": "made with an earlier library)"}
+
+
+def test_readme_marks_each_record_current_or_earlier_as_git_says():
+    """Each results paragraph says whether its records were made with today's library
+    (the code their benchmark exercises unchanged since they ran, ``record.currency``
+    from the git tree hashes) or an earlier one, and says it right."""
+    import subprocess
+    import sys
+
+    root = README.parent
+    if subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the records' currency cannot be computed")
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import record
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    for part in _results_parts():
+        head = part.split("\n|", 1)[0]
+        names = re.findall(r"benchmarks/results/(\w+)\.json", head)
+        statuses = {record.currency(json.loads(
+            (root / "benchmarks" / "results" / f"{n}.json").read_text())) for n in names}
+        assert "unknown" not in statuses, (names, statuses)
+        want = MARKS["earlier"] if "earlier" in statuses else MARKS["current"]
+        other = MARKS["current"] if want == MARKS["earlier"] else MARKS["earlier"]
+        assert want in head and other not in head, f"{names} are {statuses}: mark {want!r}"
