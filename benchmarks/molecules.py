@@ -473,7 +473,8 @@ def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) ->
     raw = {"runs": records,
            "rounds": [{"round": i, **rec} for found in rounds.values()
                       for i, tools in enumerate(found) for rec in tools.values()]}
-    return make_record("molecules", "Molecules: setattn against chemprop 2.3.1",
+    part = f", Report {args.report_part}" if args.report_part in REPORT_PARTS else ""
+    return make_record("molecules", f"Molecules{part}: setattn against chemprop 2.3.1",
                        summary(quality, cost), tables, args.threads, raw)
 
 

@@ -137,7 +137,8 @@ def record_section(record: dict[str, Any], path_label: str, status: str = "unkno
                    ) -> nodes.section:
     """The whole record as a section: title, summary, command, provenance, a note if its
     ``status`` (:func:`currency`) is "earlier", tables."""
-    section = nodes.section(ids=[nodes.make_id(f"record-{record['benchmark']}")])
+    # named by the file, not the benchmark: one benchmark may keep several records
+    section = nodes.section(ids=[nodes.make_id(f"record-{path_label.rsplit('/', 1)[-1]}")])
     section += nodes.title(text=str(record["title"]))
     section += nodes.paragraph(text=str(record["summary"]))
     command = nodes.literal_block(text=str(record["command"]), language="bash")
