@@ -474,7 +474,8 @@ def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) ->
            "rounds": [{"round": i, **rec} for found in rounds.values()
                       for i, tools in enumerate(found) for rec in tools.values()]}
     part = f", Report {args.report_part}" if args.report_part in REPORT_PARTS else ""
-    return make_record("molecules", f"Molecules{part}: setattn against chemprop 2.3.1",
+    single = ", one model each" if setattn_ensemble(shlex.split(args.setattn_flags)) == 1 else ""
+    return make_record("molecules", f"Molecules{part}: setattn against chemprop 2.3.1{single}",
                        summary(quality, cost), tables, args.threads, raw)
 
 

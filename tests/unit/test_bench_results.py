@@ -1,8 +1,8 @@
 """benchmarks/ holds maintained benchmarks only, each with its records: every file of
 results/ belongs to a script (``NAME.json``, or ``NAME_PART.json`` for a part a script
-writes on its own), every record is well formed, at most 2 files per script, at most 15
-scripts (files that run as a program; the modules they share, such as ``record.py``,
-are not counted). A script is as long as its benchmark needs: there is no line quota."""
+writes on its own, such as a report split by cost), every record is well formed, at most
+3 files per script, at most 15 scripts (files that run as a program; the modules they
+share, such as ``record.py``, are not counted). A script is as long as its benchmark needs: there is no line quota."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_at_most_fifteen_scripts():
     assert 0 < len(scripts) <= MAX_SCRIPTS, [p.name for p in scripts]
 
 
-def test_every_result_belongs_to_a_script_at_most_two_each():
+def test_every_result_belongs_to_a_script_at_most_three_each():
     names = {p.stem for p in _scripts()}
     files = [p for p in RESULTS.iterdir() if not p.name.startswith(".")]
     assert files
@@ -57,14 +57,14 @@ def test_every_result_belongs_to_a_script_at_most_two_each():
     per_script: dict[str, int] = {}
     for path in files:
         per_script[_owner(path)] = per_script.get(_owner(path), 0) + 1
-    assert max(per_script.values()) <= 2, per_script
+    assert max(per_script.values()) <= 3, per_script
 
 
 def test_every_record_is_well_formed(record):
     for path in sorted(RESULTS.glob("*.json")):
         rec = json.loads(path.read_text())
         assert record.problems(rec) == [], path.name
-        assert rec["benchmark"] == path.stem
+        assert rec["benchmark"] in (path.stem, _owner(path)), path.name
         assert rec["tables"] and all(t["rows"] for t in rec["tables"]), path.name
         assert len(rec["commit"]) == 40 and rec["summary"].strip(), path.name
 
