@@ -44,12 +44,11 @@ from rdkit.Chem import Crippen, rdMolDescriptors
 from scipy.stats import kendalltau
 from sklearn.metrics import roc_auc_score
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import finish, make_record, table  # noqa: E402
+from setattn.explain import METHODS
+from setattn.molprop.checkpoint import load_run
+from setattn.molprop.explain import explain_molecule
 
-from setattn.explain import METHODS  # noqa: E402
-from setattn.molprop.checkpoint import load_run  # noqa: E402
-from setattn.molprop.explain import explain_molecule  # noqa: E402
+from record import finish, make_record, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "molecules"

@@ -38,15 +38,14 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from molecule_jobs import SETS  # noqa: E402
-from record import finish, make_record, table  # noqa: E402
+from setattn.molprop.batching import stacked_targets
+from setattn.molprop.checkpoint import load_run
+from setattn.molprop.ensemble import NETWORK_WEIGHT, task_weights
+from setattn.molprop.featurize import featurize
+from setattn.molprop.metrics import evaluate
 
-from setattn.molprop.batching import stacked_targets  # noqa: E402
-from setattn.molprop.checkpoint import load_run  # noqa: E402
-from setattn.molprop.ensemble import NETWORK_WEIGHT, task_weights  # noqa: E402
-from setattn.molprop.featurize import featurize  # noqa: E402
-from setattn.molprop.metrics import evaluate  # noqa: E402
+from molecule_jobs import SETS
+from record import finish, make_record, table
 
 FIXED = NETWORK_WEIGHT
 TOLERANCE = 1e-5

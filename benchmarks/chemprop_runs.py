@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from record import install_venv, timed
 
 CHEMPROP_VENV = Path(__file__).resolve().parent / ".venv-chemprop"

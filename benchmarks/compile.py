@@ -50,20 +50,13 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     FRESH_CACHE = tempfile.mkdtemp(prefix="setattn_compile_")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = FRESH_CACHE
 
-import torch  # noqa: E402
+import torch  # noqa: E402  (after the cache directory is set)
 from torch._dynamo.utils import counters  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cases import molecule_batch  # noqa: E402
-from record import (  # noqa: E402
-    finish,
-    interleaved_seconds,
-    load_average,
-    make_record,
-    table,
-)
-
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool  # noqa: E402
+
+from engine_cases import molecule_batch  # noqa: E402
+from record import finish, interleaved_seconds, load_average, make_record, table  # noqa: E402
 
 DIM, HEADS, BOND_DIM = 64, 4, 7
 FREESOLV = Path(__file__).resolve().parents[1] / "datasets" / "molecules" / "freesolv.csv"

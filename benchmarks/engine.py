@@ -57,8 +57,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cases import (  # noqa: E402
+from setattn.matmul import fast_float32_matmul, onednn_is_exact
+
+from engine_cases import (
     CASES,
     D64_DIM,
     D64_HEADS,
@@ -73,7 +74,7 @@ from engine_cases import (  # noqa: E402
     ragged_sizes,
     small_sizes,
 )
-from record import (  # noqa: E402
+from record import (
     finish,
     interleaved_seconds,
     load_average,
@@ -82,8 +83,6 @@ from record import (  # noqa: E402
     subprocess_json,
     table,
 )
-
-from setattn.matmul import fast_float32_matmul, onednn_is_exact  # noqa: E402
 
 MATMUL_N = 2048
 

@@ -40,16 +40,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
+from layers import cycling
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cases import molecule_batch  # noqa: E402
-from layers import cycling  # noqa: E402
-from record import ROOT, finish, interleaved_seconds, load_average, make_record, table  # noqa: E402
+from setattn import attend, scores
+from setattn.engine.plan import EnginePath
+from setattn.nn import GATConv, GATv2Conv
+from setattn.topology import complete, edges, ptr_from_sizes, window
 
-from setattn import attend, scores  # noqa: E402
-from setattn.engine.plan import EnginePath  # noqa: E402
-from setattn.nn import GATConv, GATv2Conv  # noqa: E402
-from setattn.topology import complete, edges, ptr_from_sizes, window  # noqa: E402
+from engine_cases import molecule_batch
+from record import ROOT, finish, interleaved_seconds, load_average, make_record, table
 
 CUDA_TESTS = ("tests/unit/test_nn_host_reads.py", "tests/unit/test_devices.py",
               "tests/integration/test_device.py")

@@ -48,9 +48,10 @@ from pathlib import Path
 import torch
 import torch_geometric.nn as pyg_nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cases import molecule_batch  # noqa: E402
-from record import (  # noqa: E402
+from setattn.nn import GATConv, GATv2Conv
+
+from engine_cases import molecule_batch
+from record import (
     finish,
     interleaved_seconds,
     load_average,
@@ -58,8 +59,6 @@ from record import (  # noqa: E402
     peak_mb_here,
     table,
 )
-
-from setattn.nn import GATConv, GATv2Conv  # noqa: E402
 
 SMALL_GRAPHS, SMALL_SIZES, SMALL_BATCHES, SMALL_IN, BOND_DIM = 64, (20, 60), 16, 64, 7
 KINDS = {"gat": "GATConv", "gatv2": "GATv2Conv", "gatv2_edges": "GATv2Conv, edge_dim 7"}

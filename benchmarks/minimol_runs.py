@@ -71,6 +71,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from chemprop_runs import anchor_content as chemprop_content
 from chemprop_runs import anchor_material as chemprop_material
 from record import install_venv, timed

@@ -40,6 +40,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rdkit import Chem, rdBase
+
+from setattn.molprop import splits
+from setattn.molprop.checkpoint import load_run
+from setattn.molprop.config import RunConfig
+from setattn.molprop.metrics import evaluate
+
 from chemprop_runs import (
     ANCHORS,
     anchor_content,
@@ -53,22 +60,16 @@ from minimol_runs import HEADS as MINIMOL
 from minimol_runs import anchor_material as minimol_material
 from minimol_runs import head_flags, run_minimol
 from minimol_runs import members_of as minimol_members
-from rdkit import Chem, rdBase
 from record import (
     STORE,
     file_digest,
     load_stored,
     rows_digest,
     run_key,
-        store_run,
+    store_run,
     timed,
     tree_digest,
 )
-
-from setattn.molprop import splits
-from setattn.molprop.checkpoint import load_run
-from setattn.molprop.config import RunConfig
-from setattn.molprop.metrics import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (0.8, 0.1, 0.1)

@@ -44,21 +44,20 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chemprop_runs import (  # noqa: E402
+from chemprop_runs import (
     anchor_content,
     anchor_material,
     member_predictions,
     run_chemprop,
     stored_result,
 )
-from minimol_runs import HEADS as MINIMOL  # noqa: E402
-from minimol_runs import anchor_content as minimol_content  # noqa: E402
-from minimol_runs import anchor_material as minimol_material  # noqa: E402
-from minimol_runs import members_of as minimol_members  # noqa: E402
-from minimol_runs import run_minimol  # noqa: E402
-from molecule_jobs import library_digest, setattn_ensemble  # noqa: E402
-from record import (  # noqa: E402
+from minimol_runs import HEADS as MINIMOL
+from minimol_runs import anchor_content as minimol_content
+from minimol_runs import anchor_material as minimol_material
+from minimol_runs import members_of as minimol_members
+from minimol_runs import run_minimol
+from molecule_jobs import library_digest, setattn_ensemble
+from record import (
     STORE,
     file_digest,
     finish,

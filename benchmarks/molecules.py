@@ -52,10 +52,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chemprop_runs import same_descriptors  # noqa: E402
-from minimol_runs import HEADS  # noqa: E402
-from molecule_jobs import (  # noqa: E402
+from chemprop_runs import same_descriptors
+from minimol_runs import HEADS
+from molecule_jobs import (
     SETS,
     SPLIT_KINDS,
     RunSettings,
@@ -70,7 +69,7 @@ from molecule_jobs import (  # noqa: E402
     tool_flags,
     write_csv,
 )
-from record import (  # noqa: E402
+from record import (
     STORE,
     better,
     finish,

@@ -63,18 +63,7 @@ from rdkit import Chem, RDLogger, rdBase
 from rdkit.Chem import rdMolDescriptors
 from torch_geometric.utils import from_smiles
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chemprop_runs import ensure_chemprop  # noqa: E402
-from record import (  # noqa: E402
-    finish,
-    interleaved_seconds,
-    make_record,
-    table,
-    timed,
-    watch_tree,
-)
-
-from setattn.chem.descriptors import (  # noqa: E402
+from setattn.chem.descriptors import (
     DESCRIPTOR_SETS,
     descriptor_count,
     descriptor_functions,
@@ -82,9 +71,19 @@ from setattn.chem.descriptors import (  # noqa: E402
     mol_descriptors,
     set_functions,
 )
-from setattn.datasets import DATASETS_DIR  # noqa: E402
-from setattn.domains.fingerprints import count_fingerprint  # noqa: E402
-from setattn.domains.molecules import InvalidSmilesError, mol_to_data  # noqa: E402
+from setattn.datasets import DATASETS_DIR
+from setattn.domains.fingerprints import count_fingerprint
+from setattn.domains.molecules import InvalidSmilesError, mol_to_data
+
+from chemprop_runs import ensure_chemprop
+from record import (
+    finish,
+    interleaved_seconds,
+    make_record,
+    table,
+    timed,
+    watch_tree,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MOLECULES = DATASETS_DIR / "molecules"

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import (  # noqa: E402
+import setattn
+
+from record import (
     RESULTS,
     finish,
     load_average,
@@ -39,8 +40,6 @@ from record import (  # noqa: E402
     table,
     time_it,
 )
-
-import setattn  # noqa: E402
 
 HEADS, HEAD_DIM = 4, 16
 RADIUS = 8

@@ -59,10 +59,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import finish, load_average, make_record, table, watch_tree  # noqa: E402
+from setattn.datasets import DATASETS_DIR
 
-from setattn.datasets import DATASETS_DIR  # noqa: E402
+from record import finish, load_average, make_record, table, watch_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [("freesolv.csv", "smiles"), ("delaney-processed.csv", "smiles")]

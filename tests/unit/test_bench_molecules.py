@@ -34,8 +34,9 @@ def store_run(*args, **kwargs):
 def bench(monkeypatch):
     """The benchmark's modules, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import molecule_jobs
     import molecules
+
+    import molecule_jobs
 
     return molecule_jobs, molecules
 
