@@ -456,8 +456,9 @@ def summary(quality: dict, cost: dict) -> str:
             f"descriptors) on {len({r[0] for r in rows})} molecule sets, random and scaffold "
             f"splits: setattn has the best mean test metric on {won} of {len(rows)} rows.")
     if cost["rows"]:
-        speed = [float(r[7].rstrip("x")) for r in cost["rows"]]
-        wall = [float(r[11].rstrip("x")) for r in cost["rows"]]
+        cols = cost["columns"]
+        speed = [float(r[cols.index("throughput ratio")].rstrip("x")) for r in cost["rows"]]
+        wall = [float(r[cols.index("chemprop s / setattn s")].rstrip("x")) for r in cost["rows"]]
         text += (f" Run in turn, its training throughput is {min(speed):.2f}x to "
                  f"{max(speed):.2f}x chemprop's at the same width, and chemprop's default "
                  f"run takes {min(wall):.2f}x to {max(wall):.2f}x setattn's wall time.")

@@ -310,3 +310,14 @@ def test_the_chemprop_timing_wrapper_compiles_and_appends_a_line_per_member(cp, 
     assert "timed_fit" in code.co_names
     body = jobs.CHEMPROP_TIMED.split("def timed_fit")[1].split("return out")[0]
     assert 'open(os.environ["CHEMPROP_FIT_JSON"], "a")' in body and '"\\n"' in body
+
+
+def test_summary_reads_the_cost_ratios_by_column(bench):
+    _, molecules = bench
+    cost = molecules.cost_table({})  # the columns, no rows
+    row = ["freesolv", "random", "696", "2", "1", "10", "8", "1.25x", "-", "1.2x", "20", "82",
+           "4.07x", "-"]
+    cost = {**cost, "rows": [row, [*row[:7], "1.37x", *row[8:12], "7.20x", "-"]]}
+    quality = {"columns": ["data set", "best mean"], "rows": [["freesolv", "setattn"]]}
+    text = molecules.summary(quality, cost)
+    assert "1.25x to 1.37x chemprop's" in text and "4.07x to 7.20x setattn's" in text
