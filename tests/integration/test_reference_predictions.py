@@ -5,7 +5,9 @@ the ``make demo`` run (FreeSolv, random split, seed 0, 2 threads), one MoleculeA
 (CHEMBL2835_Ki, random split) and one classification set (the first 400 rows of BACE1's
 ``active`` labels); the last two train for 10 epochs, which keeps the test short and
 pins the same code paths. Their predictions and interval half-widths must equal the CSVs in
-``tests/data/reference/`` to 1e-6: a refactoring of the model may not change a number.
+``tests/data/reference/`` to 1e-6 of their size (at least 1e-6): a refactoring of the
+model may not change a number beyond float32 rounding, which differs between CPUs (MKL
+picks other kernels on Intel than on AMD cores: 1.0e-6 on a value of 7.2).
 A change that does is a model change, decided on validation data and recorded with the
 other decisions; then the references are written again::
 
@@ -25,7 +27,7 @@ from setattn import cli
 from setattn.datasets import DATASETS_DIR
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "data" / "reference"
-TOLERANCE = 1e-6
+TOLERANCE = 1e-6  # relative, and absolute below 1
 
 CASES = {
     "freesolv_demo": (DATASETS_DIR / "molecules" / "freesolv.csv", None,
@@ -94,8 +96,9 @@ def test_default_model_predicts_the_reference_outputs(name, tmp_path):
             if math.isnan(y[key]):
                 assert math.isnan(x[key]), f"row {i}, {key}: expected empty/NaN"
                 continue
-            worst = max(worst, abs(x[key] - y[key]))
-            assert abs(x[key] - y[key]) <= TOLERANCE, (
+            off = abs(x[key] - y[key]) / max(1.0, abs(y[key]))
+            worst = max(worst, off)
+            assert off <= TOLERANCE, (
                 f"{name} row {i}, column {key}: {x[key]!r} against the reference "
                 f"{y[key]!r}")
         for key in a.keys() - x.keys():
