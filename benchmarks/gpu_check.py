@@ -40,7 +40,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
-from layers import cycling
 
 from setattn import attend, scores
 from setattn.engine.plan import EnginePath
@@ -48,6 +47,7 @@ from setattn.nn import GATConv, GATv2Conv
 from setattn.topology import complete, edges, ptr_from_sizes, window
 
 from engine_cases import molecule_batch
+from layers import cycling
 from record import ROOT, finish, interleaved_seconds, load_average, make_record, table
 
 CUDA_TESTS = ("tests/unit/test_nn_host_reads.py", "tests/unit/test_devices.py",

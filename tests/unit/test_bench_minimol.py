@@ -32,9 +32,8 @@ def mm(monkeypatch):
 @pytest.fixture()
 def bench(mm, monkeypatch):
     """The benchmark's modules, MiniMol's fingerprints faked (calls counted)."""
-    import molecules
-
     import molecule_jobs
+    import molecules
 
     calls: list[list[str]] = []
     monkeypatch.setattr(mm, "compute_fingerprints", fake_fingerprints(calls))

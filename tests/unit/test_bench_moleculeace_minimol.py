@@ -21,9 +21,8 @@ def bench(monkeypatch):
     """``moleculeace`` and ``minimol_runs``, MiniMol's fingerprints faked (calls counted),
     a small MLP head, setattn's runs faked."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import moleculeace
-
     import minimol_runs
+    import moleculeace
 
     calls: list[list[str]] = []
     monkeypatch.setattr(minimol_runs, "compute_fingerprints", fake_fingerprints(calls))

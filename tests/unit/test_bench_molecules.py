@@ -34,9 +34,8 @@ def store_run(*args, **kwargs):
 def bench(monkeypatch):
     """The benchmark's modules, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import molecules
-
     import molecule_jobs
+    import molecules
 
     return molecule_jobs, molecules
 

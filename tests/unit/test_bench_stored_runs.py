@@ -17,9 +17,8 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 def bench(monkeypatch):
     """The benchmark's modules, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import molecules
-
     import molecule_jobs
+    import molecules
     import record as stored_runs
 
     return molecule_jobs, molecules, stored_runs

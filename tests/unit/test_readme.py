@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -66,22 +67,16 @@ def test_readme_results_come_from_the_records_they_name():
 MARKS = {"current": "current)", "earlier": "made with an earlier library)"}
 
 
-def test_readme_marks_each_record_current_or_earlier_as_git_says():
+def test_readme_marks_each_record_current_or_earlier_as_git_says(monkeypatch):
     """Each results paragraph says whether its records were made with today's library
     (the code their benchmark exercises unchanged since they ran, ``record.currency``
     from the git tree hashes) or an earlier one, and says it right."""
-    import subprocess
-    import sys
-
     root = README.parent
     if subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
                       capture_output=True).returncode != 0:
         pytest.skip("not a git checkout: the records' currency cannot be computed")
-    sys.path.insert(0, str(root / "benchmarks"))
-    try:
-        import record
-    finally:
-        sys.path.remove(str(root / "benchmarks"))
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    import record
     for part in _results_parts():
         head = part.split("\n|", 1)[0]
         names = re.findall(r"benchmarks/results/(\w+)\.json", head)
