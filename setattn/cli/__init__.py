@@ -3,7 +3,7 @@
     setattn train   --data CSV --target-columns T1 [T2 ...] --output-dir DIR [...]
     setattn pretrain --corpus CSV --output-dir DIR [...]
     setattn predict --model DIR --data CSV --output preds.csv
-    setattn embed   --model DIR --data CSV --output vectors.csv [--member K]
+    setattn embed   --model DIR|ENCODER --data CSV --output vectors.csv [--member K]
     setattn explain --model DIR (--smiles S --output PIC.png | --data CSV --output DIR) [...]
     setattn serve   --model DIR [--host 127.0.0.1] [--port 8000] [...]
 

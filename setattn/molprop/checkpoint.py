@@ -155,7 +155,7 @@ _REQUIRED = {
 }
 
 
-def load_checkpoint(path: str | Path, kind: str = "model",
+def load_checkpoint(path: str | Path, kind: str | None = "model",
                     map_location: str | torch.device = "cpu") -> dict:
     """Read a checkpoint written by ``save_checkpoint``, refusing anything else.
 
@@ -166,7 +166,8 @@ def load_checkpoint(path: str | Path, kind: str = "model",
         path: the file.
         kind: "model" (a network's best weights), "training" (its resume state),
             "ensemble" (a run's kernel part and weight), "pretrained" (an encoder of
-            ``setattn.molprop.pretrain``) or "pretraining" (its resume state).
+            ``setattn.molprop.pretrain``), "pretraining" (its resume state), or None:
+            any of them (``ckpt["kind"]`` says which).
         map_location: the device its tensors are loaded onto.
 
     Returns:
@@ -206,6 +207,11 @@ def load_checkpoint(path: str | Path, kind: str = "model",
         raise CheckpointError(f"{path}: checkpoint format {ckpt['setattn_format']!r} is not "
                               f"{FORMAT}; it was written by another setattn version")
     _verify(ckpt, path)
+    if kind is None:
+        kind = ckpt.get("kind")
+        if kind not in _REQUIRED:
+            raise CheckpointError(f"{path}: not a setattn checkpoint of a known kind "
+                                  f"(kind {kind!r})")
     missing = [key for key in _REQUIRED[kind] if key not in ckpt]
     if missing or ckpt.get("kind") != kind:
         raise CheckpointError(f"{path}: not a setattn {kind} checkpoint "

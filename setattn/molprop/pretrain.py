@@ -3,6 +3,7 @@
     pretrain(config, out_dir)  ->  PretrainResult      (setattn pretrain)
     load_pretrained(path)      ->  the encoder checkpoint
     load_encoder(network, ckpt)    (fine-tuning: setattn train --pretrained PATH)
+    encoder_ensemble(path)     ->  the encoder alone, for its molecule vectors (setattn embed)
 
 The targets come from each molecule itself, computed once with its atom graph (the
 feature cache of ``featurize_csv``, one shard of ``SHARD`` molecules at a time):
@@ -53,6 +54,7 @@ from setattn.molprop.checkpoint import (
     CheckpointError,
     check_output_dir,
     load_checkpoint,
+    load_run,
     save_checkpoint,
     snapshot,
 )
@@ -70,12 +72,13 @@ from setattn.molprop.config import (
     resolve_device,
     weight_decay_option,
 )
+from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.network import MoleculeNetwork
 
-__all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "load_encoder",
-           "load_pretrained", "pretrain", "pretrain_targets", "pretrained_architecture",
-           "read_config"]
+__all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "encoder_ensemble",
+           "load_embedding_model", "load_encoder", "load_pretrained", "pretrain",
+           "pretrain_targets", "pretrained_architecture", "read_config"]
 
 Log = Callable[[str], None]
 
@@ -367,6 +370,53 @@ def load_encoder(network: MoleculeNetwork, ckpt: dict, path: str | Path = "encod
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0]
         raise CheckpointError(f"{path}: the encoder's weights do not fit ({first})") from None
+
+
+def encoder_ensemble(path: str | Path, device: str | torch.device = "cpu") -> Ensemble:
+    """The encoder of an ``encoder.pt`` as an ensemble of one network on ``device``, in
+    eval mode, for its molecule vectors alone (``Ensemble.member_vectors``,
+    ``setattn.molprop.predict.embed_smiles``, ``setattn embed``): (M, 2 D) for M
+    molecules, D the encoder's ``hidden``, read from the atom graph (no descriptors).
+    Pretraining's head is not kept, so the network's own head is untrained: it predicts
+    nothing worth reading.
+
+    Raises:
+        FileNotFoundError, CheckpointError: as ``load_pretrained``.
+    """
+    ckpt = load_pretrained(path)
+    config = NetworkConfig.from_dict({**NetworkConfig().to_dict(),
+                                      **pretrained_architecture(ckpt)})
+    network = MoleculeNetwork(config)
+    load_encoder(network, ckpt, path)
+    return Ensemble([network.to(device).eval()])
+
+
+def load_embedding_model(path: str | Path, device: str | torch.device = "cpu", *,
+                         name: str = "--model") -> tuple[Ensemble, dict]:
+    """What ``setattn embed`` reads vectors with: a run (``load_run``: its directory or
+    one ``best.pt``), or a pretrained encoder (its ``encoder.pt``, or the folder
+    ``setattn pretrain`` wrote it to), as ``encoder_ensemble``.
+
+    Returns:
+        (ensemble, meta): meta is the run's (``load_run``), or ``{"kind": "pretrained",
+        "encoder": path}`` for an encoder (its corpus's SMILES column is not the
+        data's: the default column is then ``smiles``).
+
+    Raises:
+        FileNotFoundError, CheckpointError: naming what is missing or not ours.
+    """
+    path = Path(path)
+    encoder = path
+    if path.is_dir() and not (path / "config.json").is_file():
+        encoder = path / ENCODER_FILE
+        if not encoder.is_file():
+            raise FileNotFoundError(f"argument {name}: {path} is neither a setattn run "
+                                    f"directory (no config.json) nor a pretraining folder "
+                                    f"(no {ENCODER_FILE})")
+    if encoder.is_file() and load_checkpoint(encoder, None).get("kind") == "pretrained":
+        return encoder_ensemble(encoder, device), {"kind": "pretrained",
+                                                   "encoder": str(encoder)}
+    return load_run(path, device, name=name)
 
 
 # -- training -----------------------------------------------------------------------------

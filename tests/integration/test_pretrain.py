@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from molecule_runs import keep_threads  # noqa: F401 (a fixture, used by name)
 
 from setattn import cli
 from setattn.datasets.molecules import read_molecule_table
 from setattn.molprop import pretrain as pt
+from setattn.molprop.batching import collate_molecules
 from setattn.molprop.checkpoint import CheckpointError, load_checkpoint
 from setattn.molprop.config import NetworkConfig, SettingError, new_run
+from setattn.molprop.featurize import featurize
 from setattn.molprop.network import MoleculeNetwork
 from setattn.molprop.run import run_training
 
@@ -98,6 +101,50 @@ def test_the_encoder_loads_into_a_network_of_its_architecture(pretrained):
     wider = MoleculeNetwork(NetworkConfig(**{**ckpt["config"], "hidden": 32}))
     with pytest.raises(CheckpointError, match="model.hidden 16, this network has 32"):
         pt.load_encoder(wider, ckpt, "enc.pt")
+
+
+@pytest.mark.usefixtures("keep_threads")
+def test_embed_writes_the_encoders_vectors(pretrained, tmp_path, capsys):
+    """``setattn embed --model`` takes the pretraining folder or its encoder.pt; the
+    vectors are what a network fine-tuned from it starts with (readout and atom sum)."""
+    data = tmp_path / "mols.csv"
+    data.write_text("smiles\nCCO\nnot a smiles\nc1ccccc1O\n")
+    outputs = [tmp_path / "folder.csv", tmp_path / "file.csv"]
+    for model, output in zip([pretrained, pretrained / pt.ENCODER_FILE], outputs):
+        assert cli.main(["embed", "--model", str(model), "--data", str(data),
+                         "--output", str(output)]) == 0
+        assert "wrote 3 rows of 32 numbers" in capsys.readouterr().out  # 2 x hidden 16
+    assert outputs[0].read_text() == outputs[1].read_text()
+    with open(outputs[0], newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[1]["m0_0"] == "" and rows[1]["error"].startswith("invalid SMILES")
+    ckpt = pt.load_pretrained(pretrained / pt.ENCODER_FILE)
+    network = MoleculeNetwork(NetworkConfig(**ckpt["config"], num_tasks=3))  # any head
+    fresh = network.encode(collate_molecules([featurize("CCO", 0)]))[0]  # (32,)
+    pt.load_encoder(network, ckpt)
+    network.eval()
+    with torch.no_grad():
+        want = network.encode(collate_molecules([featurize(s, 0) for s in
+                                                 ("CCO", "c1ccccc1O")]))  # (2, 32)
+    got = torch.tensor([[float(r[f"m0_{i}"]) for i in range(32)] for r in (rows[0], rows[2])])
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(fresh.detach(), want[0], atol=1e-3)  # the encoder's weights
+
+
+@pytest.mark.usefixtures("keep_threads")
+def test_embed_names_a_folder_that_holds_no_model_and_keeps_the_encoder(pretrained, tmp_path,
+                                                                        capsys):
+    data = tmp_path / "mols.csv"
+    data.write_text("smiles\nCCO\n")
+    status = cli.main(["embed", "--model", str(tmp_path), "--data", str(data),
+                       "--output", str(tmp_path / "v.csv")])
+    err = capsys.readouterr().err
+    assert status == 2 and "argument --model" in err and "no encoder.pt" in err
+    record = (pretrained / pt.RECORD_FILE).read_bytes()
+    status = cli.main(["embed", "--model", str(pretrained), "--data", str(data),
+                       "--output", str(pretrained / pt.RECORD_FILE)])
+    assert status == 2 and "--model's pretrain.json" in capsys.readouterr().err
+    assert (pretrained / pt.RECORD_FILE).read_bytes() == record
 
 
 def test_a_training_checkpoint_is_not_an_encoder(pretrained):
