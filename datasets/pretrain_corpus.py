@@ -21,12 +21,15 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import io
 import random
 from pathlib import Path
 
 from rdkit import Chem, RDLogger
 from rdkit.Chem import BRICS
 from tqdm import tqdm
+
+from setattn.datasets.molecules import read_molecule_table
 
 DUMMY = Chem.MolFromSmarts("[#0]")
 HYDROGEN = Chem.MolFromSmiles("[H]", sanitize=False)
@@ -56,18 +59,6 @@ def pieces(smiles: str) -> set[str]:
     found.discard(None)
     found.discard(Chem.MolToSmiles(mol))  # an uncut molecule is not a piece
     return found
-
-
-def read_smiles(path: Path) -> list[str]:
-    """The ``SMILES`` column of the MOSES CSV (gzipped or not)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as handle:
-        rows = csv.reader(handle)
-        header = next(rows)
-        if "SMILES" not in header:
-            raise ValueError(f"{path}: no SMILES column (columns: {header})")
-        col = header.index("SMILES")
-        return [row[col] for row in rows]
 
 
 def corpus(smiles: list[str], whole: int, cut: int, seed: int,
@@ -109,10 +100,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.output.suffix != ".gz":
         p.error(f"argument --output: {args.output} must end in .gz (a gzipped CSV)")
     RDLogger.DisableLog("rdApp.*")
-    rows, n_pieces = corpus(read_smiles(args.moses), args.whole, args.cut, args.seed)
+    smiles = read_molecule_table(args.moses, "SMILES", []).smiles
+    rows, n_pieces = corpus(smiles, args.whole, args.cut, args.seed)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_name(args.output.name + ".part")
-    with gzip.open(tmp, "wt", newline="") as handle:
+    # no time stamp or file name in the gzip header: the same rows, the same bytes
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb",
+                                               mtime=0) as packed, \
+            io.TextIOWrapper(packed, encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["smiles"])
         writer.writerows([s] for s in rows)

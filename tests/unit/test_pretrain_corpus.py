@@ -59,5 +59,8 @@ def test_main_writes_a_gzipped_csv_of_smiles(pc, tmp_path, capsys):
         rows = list(csv.reader(handle))
     assert rows[0] == ["smiles"] and len(rows) > 3
     assert f"wrote {len(rows) - 1:,} SMILES (2 whole molecules" in capsys.readouterr().out
+    again = tmp_path / "again.csv.gz"
+    pc.main(["--moses", str(moses), "--whole", "2", "--cut", "5", "--output", str(again)])
+    assert again.read_bytes() == out.read_bytes()  # the same arguments, the same bytes
     with pytest.raises(SystemExit):
         pc.main(["--moses", str(moses), "--output", str(tmp_path / "corpus.csv")])
