@@ -21,7 +21,7 @@ pytest.importorskip("uvicorn", reason="setattn serve needs the serve extra (uvic
 
 from serve_helpers import exchange, post_json, request, serving, tiny_run  # noqa: E402
 
-SLOW = "NCC(=O)" * 25
+SLOW = "NCC(=O)" * 50  # 200 heavy atoms: occlusion takes well over 1.5 s
 """A 100-atom chain: its occlusion re-featurises 100 variants (seconds)."""
 
 SLOW_EXPLAIN = json.dumps({"smiles": [SLOW], "method": "occlusion"}).encode()
