@@ -191,3 +191,14 @@ def test_a_call_with_minimol_never_writes_the_maintained_record(bench, monkeypat
     ace.main([])
     ace.main(["--anchors", "chemprop", "minimol_krr"])
     assert written[0] is None and written[1] is not None
+
+
+def test_record_names_where_a_reading_with_minimol_is_kept(bench, monkeypatch, tmp_path):
+    ace, _, _ = bench
+    written = []
+    monkeypatch.setattr(ace, "run_all", lambda args: {})
+    monkeypatch.setattr(ace, "finish", lambda record, out: written.append(out))
+    kept = tmp_path / "moleculeace_minimol.json"
+    ace.main(["--anchors", "chemprop", "minimol_krr", "--record", str(kept)])
+    ace.main(["--anchors", "chemprop", "minimol_krr", "--out", str(tmp_path / "x")])
+    assert written == [kept, tmp_path / "x" / "moleculeace.json"]
