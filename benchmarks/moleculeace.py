@@ -23,7 +23,9 @@ are chosen on the validation tenth, one model; and the MiniMol authors' MLP, ear
 on the validation tenth, an ensemble of setattn's size), on the same split CSV as chemprop,
 shown as further columns. Their fingerprints are kept in ``<--out>/minimol/`` by SMILES,
 shared by every set of the run. They are not part of the pre-registered reading: a call
-with them never writes ``results/moleculeace.json``.
+with them never writes ``results/moleculeace.json``; their published record is
+``--record benchmarks/results/moleculeace_minimol.json`` (``--tables-only --anchors
+chemprop minimol_krr minimol_mlp`` rebuilds it from the stored runs).
 
 Each finished run is kept at once as data (``record.store_run``): an anchor's (chemprop's,
 MiniMol's) in ``benchmarks/runs/anchors/`` (its test predictions; the molecule benchmark's
