@@ -1,5 +1,6 @@
 """Every descriptor set gives the values it gave when ``tests/data/descriptor_values.json``
-was written, to the bit, and the per-atom shares are unchanged.
+was written, to the bit (all but AvgIpc, see ``BLAS_DEPENDENT``), and the per-atom
+shares are unchanged.
 
 The stored molecules are drawn from the bundled CSV sets (small and large, charged,
 aromatic, salts, stereo, metals) plus a few edge cases; each is prepared as
@@ -32,6 +33,23 @@ from setattn.datasets import DATASETS_DIR
 from setattn.domains.molecules import keep_largest_fragment, parse_smiles
 
 STORED = Path(__file__).resolve().parents[1] / "data" / "descriptor_values.json"
+
+# RDKit's AvgIpc takes the characteristic polynomial of the adjacency matrix from numpy
+# matrix products, whose last digits depend on the BLAS kernel the CPU selects: on the
+# largest stored molecule (147 heavy atoms) an AMD EPYC machine gives 0.84208809 where an
+# Intel Xeon gave 0.84209026 (2.6e-6 relative). It is compared to this relative tolerance;
+# every other value is compared to the bit.
+BLAS_DEPENDENT = {"AvgIpc": 1e-4}
+
+
+def _differing(names: list[str], ours: np.ndarray, expected: np.ndarray) -> list[str]:
+    """The names whose values differ: to the bit (NaN equal to NaN), or beyond the
+    relative tolerance of ``BLAS_DEPENDENT``."""
+    same = (ours == expected) | (np.isnan(ours) & np.isnan(expected))
+    for k, name in enumerate(names):
+        if name in BLAS_DEPENDENT and not same[k]:
+            same[k] = bool(np.isclose(ours[k], expected[k], rtol=BLAS_DEPENDENT[name], atol=0))
+    return [names[k] for k in np.flatnonzero(~same)]
 
 PICKED = [  # (CSV, row, what it adds)
     ("freesolv", 0, "small neutral"), ("freesolv", 10, "halogens, 3 atoms"),
@@ -140,7 +158,7 @@ def test_every_value_is_the_stored_one(stored, kind):
     for entry in stored["molecules"]:
         ours = mol_descriptors(prepared(entry["smiles"], entry["whole"]), kind=kind)[0].numpy()
         expected = row_values(entry["values"][kind])
-        differ = [names[k] for k in np.flatnonzero(ours != expected)]
+        differ = _differing(names, ours, expected)
         assert not differ, f"{entry['smiles']} ({kind}): {differ}"
 
 
@@ -150,8 +168,7 @@ def test_every_float64_value_is_the_stored_one(stored, kind):
     for entry in stored["molecules"]:
         ours = descriptor_values(prepared(entry["smiles"], entry["whole"]), kind)
         expected = np.array(entry["values"][kind], dtype=np.float64)
-        same = (ours == expected) | (np.isnan(ours) & np.isnan(expected))
-        differ = [names[k] for k in np.flatnonzero(~same)]
+        differ = _differing(names, ours, expected)
         assert not differ, f"{entry['smiles']} ({kind}): {differ}"
 
 
