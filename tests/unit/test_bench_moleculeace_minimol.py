@@ -183,11 +183,17 @@ def test_minimol_columns_only_where_their_runs_are(bench):
     assert text.endswith("Better than minimol_krr on 0 of 2.") and "minimol_krr:" in both["notes"]
 
 
-def test_a_call_with_minimol_never_writes_the_maintained_record(bench, monkeypatch):
-    ace, _, _ = bench
+def _written(ace, monkeypatch) -> list:
+    """Where each later ``ace.main`` call writes its record (nothing trained or written)."""
     written = []
     monkeypatch.setattr(ace, "run_all", lambda args: {})
     monkeypatch.setattr(ace, "finish", lambda record, out: written.append(out))
+    return written
+
+
+def test_a_call_with_minimol_never_writes_the_maintained_record(bench, monkeypatch):
+    ace, _, _ = bench
+    written = _written(ace, monkeypatch)
     ace.main([])
     ace.main(["--anchors", "chemprop", "minimol_krr"])
     assert written[0] is None and written[1] is not None
@@ -195,9 +201,7 @@ def test_a_call_with_minimol_never_writes_the_maintained_record(bench, monkeypat
 
 def test_record_names_where_a_reading_with_minimol_is_kept(bench, monkeypatch, tmp_path):
     ace, _, _ = bench
-    written = []
-    monkeypatch.setattr(ace, "run_all", lambda args: {})
-    monkeypatch.setattr(ace, "finish", lambda record, out: written.append(out))
+    written = _written(ace, monkeypatch)
     kept = tmp_path / "moleculeace_minimol.json"
     ace.main(["--anchors", "chemprop", "minimol_krr", "--record", str(kept)])
     ace.main(["--anchors", "chemprop", "minimol_krr", "--out", str(tmp_path / "x")])

@@ -45,10 +45,8 @@ BLAS_DEPENDENT = {"AvgIpc": 1e-4}
 def _differing(names: list[str], ours: np.ndarray, expected: np.ndarray) -> list[str]:
     """The names whose values differ: to the bit (NaN equal to NaN), or beyond the
     relative tolerance of ``BLAS_DEPENDENT``."""
-    same = (ours == expected) | (np.isnan(ours) & np.isnan(expected))
-    for k, name in enumerate(names):
-        if name in BLAS_DEPENDENT and not same[k]:
-            same[k] = bool(np.isclose(ours[k], expected[k], rtol=BLAS_DEPENDENT[name], atol=0))
+    rtol = np.array([BLAS_DEPENDENT.get(name, 0.0) for name in names])  # (F_desc,)
+    same = np.isclose(ours, expected, rtol=rtol, atol=0, equal_nan=True)
     return [names[k] for k in np.flatnonzero(~same)]
 
 PICKED = [  # (CSV, row, what it adds)
