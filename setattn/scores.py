@@ -6,7 +6,7 @@ per-node work once and the per-edge work as little as possible:
 * ``prepare_q(q)`` / ``prepare_k(k)``: per-node projections, (N, H, Dk) -> (N, H, A).
 * ``combine(pq, pk, edge_attr=None)``: broadcastable (..., H, A) pair -> (..., H).
 * ``prepare_both(x)``: both per-node terms of rows that are queries and keys at once
-  (self-attention, ``q is k``); GAT computes them in one matrix product.
+  (self-attention, ``q is k``); a score may compute them together.
 
 ``forward(q, k)`` is ``combine(prepare_q(q), prepare_k(k))`` on broadcastable inputs.
 A user's own score is any module whose ``forward(q, k)`` (optionally
@@ -20,7 +20,6 @@ then runs them with matrix products / ``scaled_dot_product_attention``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -188,24 +187,15 @@ class ConcatAdditive(Score):
         return (torch.tanh(h) * self.v).sum(-1)  # (..., H)
 
 
-def head_dots(x: Tensor, atts: Sequence[Tensor]) -> list[Tensor]:
-    """Per-head dot products with P vectors per head, in one matrix product: x (..., H, D)
-    and atts[p] (H, D) -> P tensors (..., H, 1), ``(x * atts[p]).sum(-1, keepdim=True)``.
-
-    The (H * D, P * H) matrix holds each ``atts[p]`` block-diagonally: a single GEMM
-    forward and two backward, instead of an elementwise product over all of x, its sum,
-    and their backward passes, per vector.
-    """
-    h = atts[0].shape[0]
-    blocks = torch.cat([torch.block_diag(*a[:, :, None]) for a in atts], 1)  # (H * D, P * H)
-    out = x.reshape(-1, blocks.shape[0]) @ blocks  # (N, P * H)
-    shape = (*x.shape[:-1], 1)
-    return [out[:, p * h:(p + 1) * h].reshape(shape) for p in range(len(atts))]
-
-
 def head_dot(x: Tensor, att: Tensor) -> Tensor:
-    """x (..., H, D), att (H, D) -> (..., H, 1): ``head_dots`` with one vector per head."""
-    return head_dots(x, [att])[0]
+    """Per-head dot products: x (..., H, D), att (H, D) -> (..., H, 1).
+
+    An elementwise product and a sum, not a matrix product: the (H * D, H)
+    block-diagonal GEMM this replaced has H output columns, a shape for which MKL's
+    single-threaded kernels on AMD cores ran about five times slower than this, and
+    which measured no clear gain on Intel cores (``benchmarks/layers.py``).
+    """
+    return (x * att).sum(-1, keepdim=True)
 
 
 class GAT(Score):
@@ -233,12 +223,6 @@ class GAT(Score):
 
     def prepare_k(self, k: Tensor) -> Tensor:
         return head_dot(k, self.att_src)  # (..., H, 1)
-
-    def prepare_both(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """One matrix product for both terms: a single gradient of x (..., H, D) flows
-        back, not two to be added."""
-        pq, pk = head_dots(x, [self.att_dst, self.att_src])  # (..., H, 1) each
-        return pq, pk
 
     def combine(self, pq: Tensor, pk: Tensor, edge_attr: Tensor | None = None) -> Tensor:
         s = (pq + pk).squeeze(-1)  # (..., H)

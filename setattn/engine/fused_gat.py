@@ -2,9 +2,12 @@
 
 A score opts in through ``score.fused_gat()`` (``setattn.scores.GAT``), which gives the
 LeakyReLU slope of the form computed here, s_e = LeakyReLU(pq_dst + pk_src [+ e]) with
-pq, pk the per-node terms (N, H, 1) the score prepares. Only (E, H) tensors are made for
-the scores and the softmax; the sum gathers the (E, H, D) value rows once.
-:func:`setattn.engine.plan.fused_gat_applies` says when a call qualifies.
+pq, pk the per-node terms (N, H, 1) the score prepares. On eager CPU tensors the node runs
+the compiled loops of :mod:`setattn.engine.cpu_kernels` (one pass over each target's
+edges, nothing of size (E, H, D) stored); elsewhere (CUDA, torch.compile) it runs torch
+ops that make only (E, H) tensors for the scores and the softmax and gather the (E, H, D)
+value rows once. :func:`setattn.engine.plan.fused_gat_applies` says when a call
+qualifies.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from setattn.engine.plan import cpu_kernels_serve
 from setattn.engine.scoring import prepare
 from setattn.engine.softmax import segment_softmax
 from setattn.topology import Edges
@@ -30,8 +34,26 @@ def attend_fused_gat(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Modu
         (Nq, H, Dv) output and the (E, H) weights.
     """
     pq, pk = prepare(score, q, k)  # (Nq, H, 1), (Nk, H, 1)
+    layout = target_layout(top) if cpu_kernels_serve(v) else None
     return GATEdges.apply(pq.squeeze(-1), pk.squeeze(-1), v, edge_attr, top.index[0],
-                          top.index[1], top.num_q, score.fused_gat())
+                          top.index[1], top.num_q, score.fused_gat(), layout)
+
+
+def target_layout(top: Edges) -> tuple:
+    """The edges grouped by target for the CPU kernels (``cpu_kernels.by_target``: CSR
+    row pointers and the edge order), cached on the topology."""
+    if "by_target" not in top._cache:
+        from setattn.engine import cpu_kernels  # Numba loads on the first CPU kernel call
+
+        dst = top.index[1].numpy()
+        top._cache["by_target"] = (cpu_kernels.by_target(dst, top.num_q),
+                                   top.index[0].numpy())
+    return top._cache["by_target"]
+
+
+def as_arrays(*tensors: Tensor | None) -> list:
+    """NumPy views of contiguous copies of ``tensors`` (None stays None)."""
+    return [None if t is None else t.detach().contiguous().numpy() for t in tensors]
 
 
 def gat_edges(pq, pk, v, edge_attr, src, dst, num_q: int, slope: float):
@@ -68,17 +90,23 @@ class GATEdges(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, pq, pk, v, edge_attr, src, dst, num_q, slope):
+    def forward(ctx, pq, pk, v, edge_attr, src, dst, num_q, slope, layout=None):
+        ctx.num_q, ctx.slope, ctx.layout = num_q, slope, layout
+        if layout is not None:
+            out, w = _cpu_forward(pq, pk, v, edge_attr, slope, layout)
+            ctx.save_for_backward(w, pq, pk, v, edge_attr, src, dst)
+            return out, w  # (Nq, H, Dv), (E, H)
         out, w, s, v_e = gat_edges(pq, pk, v, edge_attr, src, dst, num_q, slope)
         ctx.save_for_backward(s, w, v_e, pq, pk, v, edge_attr, src, dst)
-        ctx.num_q, ctx.slope = num_q, slope
         return out, w  # (Nq, H, Dv), (E, H)
 
     @staticmethod
     def backward(ctx, grad_out, grad_w):
-        s, w, v_e, pq, pk, v, edge_attr, src, dst = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: let autograd differentiate the ops
             return GATEdges._plain_backward(ctx, grad_out, grad_w)
+        if ctx.layout is not None:
+            return _cpu_backward(ctx, grad_out, grad_w)
+        s, w, v_e, pq, pk, v, edge_attr, src, dst = ctx.saved_tensors
         need = ctx.needs_input_grad
         go_e = grad_out.index_select(0, dst)  # (E, H, Dv)
         gw = (go_e * v_e).sum(-1)  # (E, H) through the sum
@@ -96,11 +124,11 @@ class GATEdges(torch.autograd.Function):
             msg = go_e.mul_(w[..., None])  # (E, H, Dv)
             g_v = msg.new_zeros(v.shape).index_add_(0, src, msg)  # (Nk, H, Dv)
         g_e = gz if need[3] else None  # (E, H)
-        return g_pq, g_pk, g_v, g_e, None, None, None, None
+        return g_pq, g_pk, g_v, g_e, None, None, None, None, None
 
     @staticmethod
     def _plain_backward(ctx, grad_out, grad_w):
-        _, _, _, pq, pk, v, edge_attr, src, dst = ctx.saved_tensors
+        pq, pk, v, edge_attr, src, dst = ctx.saved_tensors[-6:]
         inputs = (pq, pk, v, edge_attr)
         wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
         outs = gat_edges(pq, pk, v, edge_attr, src, dst, ctx.num_q, ctx.slope)[:2]
@@ -108,4 +136,31 @@ class GATEdges(torch.autograd.Function):
         grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                          create_graph=True, allow_unused=True))
         picked = [next(grads) if need else None for need in ctx.needs_input_grad[:4]]
-        return (*picked, None, None, None, None)
+        return (*picked, None, None, None, None, None)
+
+
+def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor, edge_attr: Tensor | None, slope: float,
+                 layout: tuple) -> tuple[Tensor, Tensor]:
+    """``gat_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernel."""
+    from setattn.engine import cpu_kernels
+
+    (indptr, perm), src = layout
+    pq_, pk_, v_, ea = as_arrays(pq, pk, v, edge_attr)
+    out, w = cpu_kernels.gat_forward(indptr, perm, src, pq_, pk_, pq_ if ea is None else ea,
+                                     ea is not None, v_, v_.dtype.type(slope))
+    return torch.from_numpy(out), torch.from_numpy(w)
+
+
+def _cpu_backward(ctx, grad_out: Tensor, grad_w: Tensor | None) -> tuple:
+    """``GATEdges.backward`` from the CPU kernel."""
+    from setattn.engine import cpu_kernels
+
+    w, pq, pk, v, edge_attr = ctx.saved_tensors[:5]
+    (indptr, perm), src = ctx.layout
+    pq_, pk_, v_, ea, w_, go, gw = as_arrays(pq, pk, v, edge_attr, w, grad_out, grad_w)
+    grads = cpu_kernels.gat_backward(indptr, perm, src, pq_, pk_, pq_ if ea is None else ea,
+                                     ea is not None, v_, w_, go, w_ if gw is None else gw,
+                                     gw is not None, v_.dtype.type(ctx.slope), pk_.shape[0])
+    g_pq, g_pk, g_v, g_e = (torch.from_numpy(g) if need else None
+                            for g, need in zip(grads, ctx.needs_input_grad[:4]))
+    return g_pq, g_pk, g_v, g_e, None, None, None, None, None

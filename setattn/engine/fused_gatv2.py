@@ -2,7 +2,10 @@
 
 A score opts in through ``score.fused_edges()`` (``setattn.scores.GATv2``), which gives
 the parameters of the form computed here, s_e = att . LeakyReLU(pq_dst + pk_src [+ e]);
-:func:`setattn.engine.plan.fused_gatv2_applies` says when a call qualifies.
+:func:`setattn.engine.plan.fused_gatv2_applies` says when a call qualifies. On eager CPU
+tensors the node runs the compiled loops of :mod:`setattn.engine.cpu_kernels` (one pass
+over each target's edges: no (E, H, A) activation or (E, H, Dv) message is stored);
+elsewhere the torch ops of :func:`gatv2_edges`.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from setattn.engine.fused_gat import as_arrays, target_layout
+from setattn.engine.plan import cpu_kernels_serve
 from setattn.engine.scoring import prepare
 from setattn.engine.softmax import segment_softmax
 from setattn.topology import Edges
@@ -31,8 +36,9 @@ def attend_fused(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Module,
     att, slope = score.fused_edges()
     # values that are the prepared keys (an unprojected score with v is k) are passed as
     # None: the node then reuses the key rows it gathered
+    layout = target_layout(top) if cpu_kernels_serve(v) else None
     return GATv2Edges.apply(pq, pk, None if v is pk else v, edge_attr, att, top.index[0],
-                            top.index[1], top.num_q, slope)
+                            top.index[1], top.num_q, slope, layout)
 
 
 def gatv2_edges(pq, pk, v, edge_attr, att, src, dst, num_q: int, slope: float):
@@ -73,17 +79,23 @@ class GATv2Edges(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, pq, pk, v, edge_attr, att, src, dst, num_q, slope):
+    def forward(ctx, pq, pk, v, edge_attr, att, src, dst, num_q, slope, layout=None):
+        ctx.num_q, ctx.slope, ctx.layout = num_q, slope, layout
+        if layout is not None:
+            out, w = _cpu_forward(pq, pk, v, edge_attr, att, slope, layout)
+            ctx.save_for_backward(w, pq, pk, v, edge_attr, att, src, dst)
+            return out, w  # (Nq, H, Dv), (E, H)
         out, w, g, v_e = gatv2_edges(pq, pk, v, edge_attr, att, src, dst, num_q, slope)
         ctx.save_for_backward(g, w, v_e, pq, pk, v, edge_attr, att, src, dst)
-        ctx.num_q, ctx.slope = num_q, slope
         return out, w  # (Nq, H, Dv), (E, H)
 
     @staticmethod
     def backward(ctx, grad_out, grad_w):
-        g, w, v_e, pq, pk, v, edge_attr, att, src, dst = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: let autograd differentiate the ops
             return GATv2Edges._plain_backward(ctx, grad_out, grad_w)
+        if ctx.layout is not None:
+            return _cpu_backward(ctx, grad_out, grad_w)
+        g, w, v_e, pq, pk, v, edge_attr, att, src, dst = ctx.saved_tensors
         need = ctx.needs_input_grad
         go_e = grad_out.index_select(0, dst)  # (E, H, Dv)
         gw = (go_e * v_e).sum(-1)  # (E, H) gradient of the weights through the sum
@@ -105,11 +117,11 @@ class GATv2Edges(torch.autograd.Function):
         elif need[2]:
             g_v = msg.new_zeros(v.shape).index_add_(0, src, msg)  # (Nk, H, Dv)
         g_pk = gz.new_zeros(pk.shape).index_add_(0, src, gz) if need[1] else None  # (Nk, H, A)
-        return g_pq, g_pk, g_v, g_e, g_att, None, None, None, None
+        return g_pq, g_pk, g_v, g_e, g_att, None, None, None, None, None
 
     @staticmethod
     def _plain_backward(ctx, grad_out, grad_w):
-        _, _, _, pq, pk, v, edge_attr, att, src, dst = ctx.saved_tensors
+        pq, pk, v, edge_attr, att, src, dst = ctx.saved_tensors[-7:]
         inputs = (pq, pk, v, edge_attr, att)
         wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
         outs = gatv2_edges(pq, pk, v, edge_attr, att, src, dst, ctx.num_q, ctx.slope)[:2]
@@ -117,4 +129,35 @@ class GATv2Edges(torch.autograd.Function):
         grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                          create_graph=True, allow_unused=True))
         picked = [next(grads) if need else None for need in ctx.needs_input_grad[:5]]
-        return (*picked, None, None, None, None)
+        return (*picked, None, None, None, None, None)
+
+
+def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor | None, edge_attr: Tensor | None,
+                 att: Tensor, slope: float, layout: tuple) -> tuple[Tensor, Tensor]:
+    """``gatv2_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernel."""
+    from setattn.engine import cpu_kernels
+
+    (indptr, perm), src = layout
+    pq_, pk_, v_, ea, att_ = as_arrays(pq, pk, v, edge_attr, att)
+    out, w = cpu_kernels.gatv2_forward(indptr, perm, src, pq_, pk_, pq_ if ea is None else ea,
+                                       ea is not None, att_, pk_ if v_ is None else v_,
+                                       pk_.dtype.type(slope))
+    return torch.from_numpy(out), torch.from_numpy(w)
+
+
+def _cpu_backward(ctx, grad_out: Tensor, grad_w: Tensor | None) -> tuple:
+    """``GATv2Edges.backward`` from the CPU kernel."""
+    from setattn.engine import cpu_kernels
+
+    w, pq, pk, v, edge_attr, att = ctx.saved_tensors[:6]
+    (indptr, perm), src = ctx.layout
+    need = ctx.needs_input_grad
+    pq_, pk_, v_, ea, att_, w_, go, gw = as_arrays(pq, pk, v, edge_attr, att, w, grad_out,
+                                                   grad_w)
+    grads = cpu_kernels.gatv2_backward(
+        indptr, perm, src, pq_, pk_, pq_ if ea is None else ea, ea is not None, att_,
+        pk_ if v_ is None else v_, v_ is None, w_, go, w_ if gw is None else gw,
+        gw is not None, pk_.dtype.type(ctx.slope), bool(need[3]))
+    g_pq, g_pk, g_v, g_e, g_att = (torch.from_numpy(g) if wanted else None
+                                   for g, wanted in zip(grads, need[:5]))
+    return g_pq, g_pk, g_v, g_e, g_att, None, None, None, None, None

@@ -12,10 +12,9 @@ The paths (:class:`EnginePath`) and what they compute::
     DENSE_BLOCKS   the same buckets; explicit logits, masked softmax, weighted sum
     WINDOW_BLOCKS  every query's 2r + 1 window slots gathered into (N, W) blocks
     FUSED_GATV2    GATv2 logits, segment softmax and sum over an edge list as one
-                   autograd node with a hand-written backward (fewer operations: small
-                   graphs such as molecule batches)
-    FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores), off the
-                   eager CPU
+                   autograd node with a hand-written backward; on eager CPU tensors
+                   compiled loops over each target's edges (setattn.engine.cpu_kernels)
+    FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores)
     SPARSE_CSR     segment softmax over an edge list; the sum (and dot-product logits)
                    as CSR sparse-dense products: (E, H) weights kept, never (E, H, D)
                    messages
@@ -30,12 +29,13 @@ plan()'s decisions, in the order it makes them::
                                     GATv2), LeakyReLU slope >= 0, no bias,
                                     mask, dropout or hard attention, edge_attr
                                     None or (E, H, A)
+                                    the score opts in (``fused_gat()``:       FUSED_GAT
+                                    GAT), the same conditions, edge_attr
+                                    None or (E, H); on an eager CPU run
+                                    only float32/64, E <= FUSED_GAT_MAX_EDGES
                                     eager CPU run, CSR_MIN_EDGES <= E <=      SPARSE_CSR
                                     Nq * Nk (CSR_MIN_EDGES_FEW when E <= Nk)
                                     eager CPU run, fewer edges                SPARSE_GATHER
-                                    the score opts in (``fused_gat()``:       FUSED_GAT
-                                    GAT), the same conditions, edge_attr
-                                    None or (E, H)
                                     otherwise                                 SPARSE_GATHER
     window                          eager CPU run                             run as edges
                                     otherwise (accelerator, torch.compile)    WINDOW_BLOCKS
@@ -57,19 +57,25 @@ view, with the evidence behind each column::
 
     rules          edge lists            windows         complete, bipartite
     -------------  --------------------  --------------  -------------------------------
-    "cpu"          SPARSE_CSR from       run as edges    DENSE_SDPA, else DENSE_BLOCKS
-    (eager CPU)    CSR_MIN_EDGES on,
-                   else SPARSE_GATHER
+    "cpu"          FUSED_GAT for GAT up  run as edges    DENSE_SDPA, else DENSE_BLOCKS
+    (eager CPU)    to FUSED_GAT_MAX_
+                   EDGES; SPARSE_CSR
+                   from CSR_MIN_EDGES
+                   on, else SPARSE_
+                   GATHER
     "cuda"         SPARSE_GATHER         WINDOW_BLOCKS   DENSE_SDPA, else DENSE_BLOCKS
     "other"        SPARSE_GATHER         WINDOW_BLOCKS   DENSE_SDPA, else DENSE_BLOCKS
     (torch.compile, MPS, XPU, meta, ...)
 
-FUSED_GATV2 is taken wherever it applies, on every device: it is made of ordinary tensor
-operations (gather, scatter_reduce, index_add), one autograd node around them. FUSED_GAT
-runs off the eager CPU only (CUDA, torch.compile): on the CPU it was within the
-machine's noise of the CSR kernels on batches of molecules (benchmarks/layers.py,
-GATConv), and its backward sums in another order, which would move trained models'
-numbers in the last digits; ``attend(..., path="fused_gat")`` runs it anywhere.
+FUSED_GATV2 is taken wherever it applies, on every device. On eager CPU tensors of float32
+or float64 both fused paths run the compiled loops of :mod:`setattn.engine.cpu_kernels`
+(Numba): one pass over each target's incoming edges, a counting sort by target as the
+only layout, so a new batch of small graphs every step costs little; elsewhere (CUDA,
+torch.compile, other dtypes) they are ordinary tensor operations (gather,
+scatter_reduce, index_add), one autograd node around them. On the eager CPU FUSED_GAT
+gives way to SPARSE_CSR above FUSED_GAT_MAX_EDGES edges, where the CSR layouts, built
+once for a graph passed again and again, beat the kernel's random reads;
+``attend(..., path="fused_gat")`` runs it anywhere.
 
 The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
 benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: it holds until a
@@ -138,6 +144,12 @@ CSR_MIN_EDGES = 1024
 # The same when there are no more edges than keys (attention pooling: one edge per key),
 # whose gathered messages are no bigger than the values.
 CSR_MIN_EDGES_FEW = 16384
+# Up to this many edges, FUSED_GAT's compiled CPU kernel beats the CSR kernels on the eager
+# CPU. One core, GATConv 64 -> 4 x 16, forward + backward, a new random graph of 4 edges a
+# node every pass: 1.9 against 3.0 ms at 4,000 edges, 20 against 24 ms at 40,000, even at
+# 120,000; on one graph of 1.1 million edges passed again and again (the CSR layouts
+# cached) 782 against 497 ms (benchmarks/layers.py).
+FUSED_GAT_MAX_EDGES = 65536
 
 
 def plan(
@@ -194,10 +206,11 @@ def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias: Tensor | None,
     """FUSED_GATV2, SPARSE_CSR, FUSED_GAT or SPARSE_GATHER for an edge list."""
     if fused_gatv2_applies(score, bias, mask, edge_attr, p, hard):
         return EnginePath.FUSED_GATV2
-    if csr_kernels_serve(v):  # eager CPU: measured, and its numbers kept
-        return EnginePath.SPARSE_CSR if csr_pays_off(top) else EnginePath.SPARSE_GATHER
-    if fused_gat_applies(score, bias, mask, edge_attr, p, hard):
+    if fused_gat_applies(score, bias, mask, edge_attr, p, hard) and (
+            not csr_kernels_serve(v) or fused_gat_pays_off(v, top)):
         return EnginePath.FUSED_GAT
+    if csr_kernels_serve(v):  # eager CPU: measured
+        return EnginePath.SPARSE_CSR if csr_pays_off(top) else EnginePath.SPARSE_GATHER
     return EnginePath.SPARSE_GATHER
 
 
@@ -248,6 +261,18 @@ def device_rules(x: Tensor) -> str:
     if torch.compiler.is_compiling():
         return "other"
     return x.device.type if x.device.type in ("cpu", "cuda") else "other"
+
+
+def cpu_kernels_serve(x: Tensor) -> bool:
+    """FUSED_GAT and FUSED_GATV2 run the compiled loops of ``setattn.engine.cpu_kernels``:
+    eager CPU values of float32 or float64 (elsewhere they run torch ops)."""
+    return device_rules(x) == "cpu" and x.dtype in (torch.float32, torch.float64)
+
+
+def fused_gat_pays_off(v: Tensor, top: Edges) -> bool:
+    """On the eager CPU, FUSED_GAT's compiled kernel beats the CSR kernels up to
+    ``FUSED_GAT_MAX_EDGES`` edges (one counting sort against two sparse layouts)."""
+    return cpu_kernels_serve(v) and top.num_edges <= FUSED_GAT_MAX_EDGES
 
 
 def csr_kernels_serve(x: Tensor) -> bool:

@@ -371,13 +371,13 @@ def test_non_contiguous_inputs(topology, score_name, return_weights):
 
 
 # ---------------------------------------------------------------------------------------
-# GAT's per-node terms as one matrix product
+# GAT's per-node terms
 
 
 @pytest.mark.parametrize("shape", [(7, 3, 5), (2, 9, 4, 6), (1, 1, 1)])
 def test_head_dot_equals_the_elementwise_sum(shape):
-    """``head_dot`` (a block-diagonal matrix product) gives ``(x * att).sum(-1)`` with its
-    gradients, for any leading dimensions, in float64."""
+    """``head_dot`` gives ``(x * att).sum(-1)`` with its gradients, for any leading
+    dimensions, in float64."""
     x = torch.randn(*shape, dtype=F64, requires_grad=True)
     att = torch.randn(*shape[-2:], dtype=F64, requires_grad=True)
     got = S.head_dot(x, att)
@@ -387,22 +387,6 @@ def test_head_dot_equals_the_elementwise_sum(shape):
     g = torch.randn_like(want)
     grads = torch.autograd.grad(got, (x, att), g)
     torch.testing.assert_close(grads, torch.autograd.grad(want, (x, att), g), **TIGHT)
-
-
-@pytest.mark.parametrize(("shape", "vectors"), [((7, 3, 5), 2), ((2, 9, 4, 6), 3), ((1, 1, 1), 2)])
-def test_head_dots_equal_one_elementwise_sum_per_vector(shape, vectors):
-    """``head_dots`` gives ``(x * att_p).sum(-1)`` for each of P vectors per head, with
-    the gradients, in float64."""
-    x = torch.randn(*shape, dtype=F64, requires_grad=True)
-    atts = [torch.randn(*shape[-2:], dtype=F64, requires_grad=True) for _ in range(vectors)]
-    got = S.head_dots(x, atts)
-    want = [(x * a).sum(-1, keepdim=True) for a in atts]
-    assert [t.shape for t in got] == [(*shape[:-1], 1)] * vectors
-    torch.testing.assert_close(got, want, **TIGHT)
-    gs = [torch.randn_like(w) for w in want]
-    inputs = (x, *atts)
-    torch.testing.assert_close(torch.autograd.grad(got, inputs, gs),
-                               torch.autograd.grad(want, inputs, gs), **TIGHT)
 
 
 def _one_node_set(name: str):
@@ -419,8 +403,8 @@ def _one_node_set(name: str):
 
 @pytest.mark.parametrize("topology", ["complete", "window", "edges"])
 def test_gat_self_attention_prepares_both_terms_at_once(topology):
-    """With q the very tensor k, GAT's two per-node terms come from one matrix product
-    (``prepare_both``); output and gradients equal those of q as a separate copy."""
+    """With q the very tensor k (``prepare_both``), output and gradients equal those of
+    q as a separate copy."""
     top, n = _one_node_set(topology)
     score = S.GAT(3, 4).double()
     x = torch.randn(n, 3, 4, dtype=F64, requires_grad=True)

@@ -24,7 +24,7 @@ import setattn
 from setattn import bipartite, complete, edges, window
 from setattn import scores as S
 from setattn.engine import EnginePath, attend, plan
-from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW
+from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW, FUSED_GAT_MAX_EDGES
 from setattn.topology import ptr_from_sizes
 
 P = EnginePath
@@ -108,9 +108,13 @@ PLANNED = {  # case -> (plan() arguments, expected path)
                                    P.SPARSE_GATHER),
     "edges, GATv2 with bias, big": (dict(top=_random_edges(64, 64, BIG), score=GATV2,
                                          bias=torch.zeros(BIG)), P.SPARSE_CSR),
-    "edges, GAT, CPU": (dict(top=_random_edges(64, 64, BIG - 1), score=GAT), P.SPARSE_GATHER),
-    "edges, GAT, CPU, CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG), score=GAT),
-                                       P.SPARSE_CSR),
+    "edges, GAT, CPU": (dict(top=_random_edges(64, 64, BIG - 1), score=GAT), P.FUSED_GAT),
+    "edges, GAT, CPU, FUSED_GAT_MAX_EDGES": (
+        dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES), score=GAT), P.FUSED_GAT),
+    "edges, GAT, CPU, above FUSED_GAT_MAX_EDGES": (
+        dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES + 1), score=GAT), P.SPARSE_CSR),
+    "edges, GAT, CPU, dropout": (dict(top=_random_edges(64, 64, BIG), score=GAT, dropout=0.1),
+                                 P.SPARSE_CSR),
     "edges, GAT, accelerator": (dict(top=_random_edges(64, 64, BIG), score=GAT,
                                      device="meta"), P.FUSED_GAT),
     "edges, GAT (E, H) edge_attr, accelerator": (

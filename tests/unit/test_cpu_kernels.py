@@ -1,0 +1,127 @@
+"""The compiled CPU kernels of FUSED_GAT and FUSED_GATV2 against the torch ops that the
+same autograd nodes run elsewhere (CUDA, torch.compile): outputs, weights and every
+gradient, in float64, on graphs with a target no edge enters, repeated edges, self loops
+and huge logits; and the counting sort that groups the edges by target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from setattn.engine import cpu_kernels
+from setattn.engine.fused_gat import GATEdges, target_layout
+from setattn.engine.fused_gatv2 import GATv2Edges
+from setattn.topology import edges
+
+F64 = torch.float64
+HEADS, WIDTH, DIM = 3, 5, 7
+NQ, NK = 11, 13
+
+
+def _graph(seed: int = 0, num_edges: int = 47):
+    """Edges from 13 sources into 11 targets: target 10 gets none, (2 -> 4) is repeated."""
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, NK, (num_edges,), generator=gen)
+    dst = torch.randint(0, NQ - 1, (num_edges,), generator=gen)
+    src[:2], dst[:2] = 2, 4
+    return edges(torch.stack([src, dst]), (NK, NQ))
+
+
+def _leaf(*shape, scale=1.0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=gen, dtype=F64)).requires_grad_()
+
+
+def _both(node, args: list, layout_at: int, top, inputs: list):
+    """(outputs, weights, gradients) of ``node`` through the torch ops and through the
+    CPU kernel (the layout passed), for one loss on the output and one on the weights."""
+    results = []
+    for layout in (None, target_layout(top)):
+        call = list(args)
+        call[layout_at] = layout
+        out, w = node.apply(*call)
+        gen = torch.Generator().manual_seed(1)
+        loss = (out * torch.randn(out.shape, generator=gen, dtype=F64)).sum() + (w ** 3).sum()
+        wanted = [t for t in inputs if t is not None]
+        results.append((out, w, torch.autograd.grad(loss, wanted)))
+    return results
+
+
+@pytest.mark.parametrize("with_edge_attr", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_gat_kernel_equals_the_torch_ops(with_edge_attr, scale):
+    """GAT: the same output, weights and gradients (node terms, values, edge terms), huge
+    logits included (the max shift keeps them finite)."""
+    top = _graph()
+    pq, pk = _leaf(NQ, HEADS, scale=scale, seed=2), _leaf(NK, HEADS, scale=scale, seed=3)
+    v = _leaf(NK, HEADS, DIM, seed=4)
+    ea = _leaf(top.num_edges, HEADS, seed=5) if with_edge_attr else None
+    args = [pq, pk, v, ea, top.index[0], top.index[1], NQ, 0.2, None]
+    (out_t, w_t, g_t), (out_k, w_k, g_k) = _both(GATEdges, args, 8, top, [pq, pk, v, ea])
+    assert torch.isfinite(out_k).all()
+    torch.testing.assert_close(out_k, out_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w_k, w_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g_k, g_t, rtol=1e-10, atol=1e-10)
+    assert (out_k[NQ - 1] == 0).all()  # no edge enters the last target
+
+
+@pytest.mark.parametrize("with_edge_attr", [False, True])
+@pytest.mark.parametrize("values_are_keys", [False, True])
+def test_gatv2_kernel_equals_the_torch_ops(with_edge_attr, values_are_keys):
+    """GATv2: the same output, weights and gradients (queries, keys, values, edge terms,
+    ``att``), with values that are the keys themselves (their gradients add up) or their
+    own tensor."""
+    top = _graph(seed=6)
+    pq, pk = _leaf(NQ, HEADS, WIDTH, seed=7), _leaf(NK, HEADS, WIDTH, seed=8)
+    v = None if values_are_keys else _leaf(NK, HEADS, DIM, seed=9)
+    ea = _leaf(top.num_edges, HEADS, WIDTH, seed=10) if with_edge_attr else None
+    att = _leaf(HEADS, WIDTH, seed=11)
+    args = [pq, pk, v, ea, att, top.index[0], top.index[1], NQ, 0.2, None]
+    (out_t, w_t, g_t), (out_k, w_k, g_k) = _both(GATv2Edges, args, 9, top,
+                                                  [pq, pk, v, ea, att])
+    torch.testing.assert_close(out_k, out_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w_k, w_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g_k, g_t, rtol=1e-10, atol=1e-10)
+
+
+def test_kernels_in_float32_match_float64():
+    """float32 inputs run float32 kernels whose results are float64's to float32 rounding."""
+    top = _graph(seed=12)
+    pq, pk, v = _leaf(NQ, HEADS, seed=13), _leaf(NK, HEADS, seed=14), _leaf(NK, HEADS, DIM, seed=15)
+    layout = target_layout(top)
+    out64, w64 = GATEdges.apply(pq, pk, v, None, top.index[0], top.index[1], NQ, 0.2, layout)
+    out32, w32 = GATEdges.apply(pq.float(), pk.float(), v.float(), None, top.index[0],
+                                top.index[1], NQ, 0.2, layout)
+    assert out32.dtype == w32.dtype == torch.float32
+    torch.testing.assert_close(out32.double(), out64, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w32.double(), w64, rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_without_edges_gives_zeros():
+    """No edge at all: zero outputs, an empty (0, H) weight tensor, zero gradients."""
+    top = edges(torch.zeros(2, 0, dtype=torch.long), (NK, NQ))
+    pq, pk, v = _leaf(NQ, HEADS), _leaf(NK, HEADS), _leaf(NK, HEADS, DIM)
+    out, w = GATEdges.apply(pq, pk, v, None, top.index[0], top.index[1], NQ, 0.2,
+                            target_layout(top))
+    assert out.shape == (NQ, HEADS, DIM) and (out == 0).all() and w.shape == (0, HEADS)
+    grads = torch.autograd.grad(out.sum(), [pq, pk, v])
+    assert all((g == 0).all() for g in grads)
+
+
+@pytest.mark.parametrize("num_q", [1, 5, 40])
+def test_by_target_is_a_stable_counting_sort(num_q):
+    """Row pointers count the edges of each target; the edge order is numpy's stable
+    argsort of the targets."""
+    rng = np.random.default_rng(num_q)
+    dst = rng.integers(0, num_q, size=200)
+    indptr, perm = cpu_kernels.by_target(dst, num_q)
+    np.testing.assert_array_equal(perm, np.argsort(dst, kind="stable"))
+    np.testing.assert_array_equal(np.diff(indptr), np.bincount(dst, minlength=num_q))
+    assert indptr[0] == 0 and indptr[-1] == dst.size
+
+
+def test_the_layout_is_built_once_per_topology():
+    """The grouping by target is cached on the topology: a second call reuses it."""
+    top = _graph()
+    assert target_layout(top) is target_layout(top)
