@@ -12,6 +12,7 @@ qualifies.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -40,14 +41,14 @@ def attend_fused_gat(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Modu
 
 
 def target_layout(top: Edges) -> tuple:
-    """The edges grouped by target for the CPU kernels (``cpu_kernels.by_target``: CSR
-    row pointers and the edge order), cached on the topology."""
+    """What the CPU kernels need of the edges, cached on the topology: the CSR layout by
+    target (``cpu_kernels.by_target``: row pointers and edge order) and the sources and
+    targets as arrays."""
     if "by_target" not in top._cache:
         from setattn.engine import cpu_kernels  # Numba loads on the first CPU kernel call
 
-        dst = top.index[1].numpy()
-        top._cache["by_target"] = (cpu_kernels.by_target(dst, top.num_q),
-                                   top.index[0].numpy())
+        src, dst = top.index[0].numpy(), top.index[1].numpy()
+        top._cache["by_target"] = (*cpu_kernels.by_target(dst, top.num_q), src, dst)
     return top._cache["by_target"]
 
 
@@ -141,26 +142,31 @@ class GATEdges(torch.autograd.Function):
 
 def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor, edge_attr: Tensor | None, slope: float,
                  layout: tuple) -> tuple[Tensor, Tensor]:
-    """``gat_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernel."""
+    """``gat_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernels."""
     from setattn.engine import cpu_kernels
 
-    (indptr, perm), src = layout
+    indptr, perm, src, dst = layout
     pq_, pk_, v_, ea = as_arrays(pq, pk, v, edge_attr)
-    out, w = cpu_kernels.gat_forward(indptr, perm, src, pq_, pk_, pq_ if ea is None else ea,
-                                     ea is not None, v_, v_.dtype.type(slope))
+    w = cpu_kernels.gat_logits(src, dst, pq_, pk_, pq_ if ea is None else ea,
+                               ea is not None, pq_.dtype.type(slope))  # (E, H)
+    out = cpu_kernels.softmax_sum(indptr, perm, src, w, v_)  # w: logits -> weights
     return torch.from_numpy(out), torch.from_numpy(w)
 
 
 def _cpu_backward(ctx, grad_out: Tensor, grad_w: Tensor | None) -> tuple:
-    """``GATEdges.backward`` from the CPU kernel."""
+    """``GATEdges.backward`` from the CPU kernels."""
     from setattn.engine import cpu_kernels
 
     w, pq, pk, v, edge_attr = ctx.saved_tensors[:5]
-    (indptr, perm), src = ctx.layout
+    indptr, perm, src, dst = ctx.layout
     pq_, pk_, v_, ea, w_, go, gw = as_arrays(pq, pk, v, edge_attr, w, grad_out, grad_w)
-    grads = cpu_kernels.gat_backward(indptr, perm, src, pq_, pk_, pq_ if ea is None else ea,
-                                     ea is not None, v_, w_, go, w_ if gw is None else gw,
-                                     gw is not None, v_.dtype.type(ctx.slope), pk_.shape[0])
-    g_pq, g_pk, g_v, g_e = (torch.from_numpy(g) if need else None
-                            for g, need in zip(grads, ctx.needs_input_grad[:4]))
-    return g_pq, g_pk, g_v, g_e, None, None, None, None, None
+    g_v = np.zeros(v_.shape, v_.dtype)  # (Nk, H, Dv)
+    gs = cpu_kernels.softmax_sum_grads(indptr, perm, src, w_, v_, go,
+                                       w_ if gw is None else gw, gw is not None, g_v)
+    g_pq, g_pk, g_e = cpu_kernels.gat_logit_grads(src, dst, pq_, pk_,
+                                                  pq_ if ea is None else ea, ea is not None,
+                                                  gs, pq_.dtype.type(ctx.slope))
+    grads = (g_pq, g_pk, g_v, g_e)
+    return (*(torch.from_numpy(g) if need else None
+              for g, need in zip(grads, ctx.needs_input_grad[:4])),
+            None, None, None, None, None)

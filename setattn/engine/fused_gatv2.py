@@ -10,6 +10,7 @@ elsewhere the torch ops of :func:`gatv2_edges`.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -134,30 +135,36 @@ class GATv2Edges(torch.autograd.Function):
 
 def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor | None, edge_attr: Tensor | None,
                  att: Tensor, slope: float, layout: tuple) -> tuple[Tensor, Tensor]:
-    """``gatv2_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernel."""
+    """``gatv2_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernels."""
     from setattn.engine import cpu_kernels
 
-    (indptr, perm), src = layout
+    indptr, perm, src, dst = layout
     pq_, pk_, v_, ea, att_ = as_arrays(pq, pk, v, edge_attr, att)
-    out, w = cpu_kernels.gatv2_forward(indptr, perm, src, pq_, pk_, pq_ if ea is None else ea,
-                                       ea is not None, att_, pk_ if v_ is None else v_,
-                                       pk_.dtype.type(slope))
+    w = cpu_kernels.gatv2_logits(src, dst, pq_, pk_, pq_ if ea is None else ea,
+                                 ea is not None, att_, pq_.dtype.type(slope))  # (E, H)
+    out = cpu_kernels.softmax_sum(indptr, perm, src, w, pk_ if v_ is None else v_)
     return torch.from_numpy(out), torch.from_numpy(w)
 
 
 def _cpu_backward(ctx, grad_out: Tensor, grad_w: Tensor | None) -> tuple:
-    """``GATv2Edges.backward`` from the CPU kernel."""
+    """``GATv2Edges.backward`` from the CPU kernels; values that are the keys (v None)
+    get their gradient added to the keys'."""
     from setattn.engine import cpu_kernels
 
     w, pq, pk, v, edge_attr, att = ctx.saved_tensors[:6]
-    (indptr, perm), src = ctx.layout
+    indptr, perm, src, dst = ctx.layout
     need = ctx.needs_input_grad
     pq_, pk_, v_, ea, att_, w_, go, gw = as_arrays(pq, pk, v, edge_attr, att, w, grad_out,
                                                    grad_w)
-    grads = cpu_kernels.gatv2_backward(
-        indptr, perm, src, pq_, pk_, pq_ if ea is None else ea, ea is not None, att_,
-        pk_ if v_ is None else v_, v_ is None, w_, go, w_ if gw is None else gw,
-        gw is not None, pk_.dtype.type(ctx.slope), bool(need[3]))
-    g_pq, g_pk, g_v, g_e, g_att = (torch.from_numpy(g) if wanted else None
-                                   for g, wanted in zip(grads, need[:5]))
-    return g_pq, g_pk, g_v, g_e, g_att, None, None, None, None, None
+    values = pk_ if v_ is None else v_
+    g_v = np.zeros(values.shape, values.dtype)  # (Nk, H, Dv)
+    gs = cpu_kernels.softmax_sum_grads(indptr, perm, src, w_, values, go,
+                                       w_ if gw is None else gw, gw is not None, g_v)
+    g_pq, g_pk, g_e, g_att = cpu_kernels.gatv2_logit_grads(
+        src, dst, pq_, pk_, pq_ if ea is None else ea, ea is not None, att_, gs,
+        pq_.dtype.type(ctx.slope), bool(need[3]))
+    if v_ is None:
+        g_pk += g_v
+    grads = (g_pq, g_pk, g_v, g_e, g_att)
+    return (*(torch.from_numpy(g) if wanted else None for g, wanted in zip(grads, need[:5])),
+            None, None, None, None, None)
