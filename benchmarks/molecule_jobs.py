@@ -412,7 +412,10 @@ def run_material(job: Job, tool: str, settings: RunSettings, members: int | None
                                    members or settings.anchor_ensemble, job.seed, settings.threads)
         kind = "anchors"
     if settings.round is not None:  # a timed run of its own, never a stored accuracy run
-        return f"{settings.benchmark}_rounds", {**material, "round": settings.round}
+        # a round times the three tools together at one setattn library: every tool's
+        # run of it carries that library, so another library's rounds are timed anew
+        return f"{settings.benchmark}_rounds", {**material, "round": settings.round,
+                                                "setattn": settings.library or library_digest()}
     return kind, material
 
 

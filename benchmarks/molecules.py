@@ -59,6 +59,7 @@ from molecule_jobs import (
     SPLIT_KINDS,
     RunSettings,
     column_name,
+    library_digest,
     load_set,
     run_job,
     run_material,
@@ -270,16 +271,20 @@ def round_settings(out: Path, threads: int = 1, index: int = 0, store: Path = ST
 
 
 def load_rounds(store: Path, datasets: list[str] | None = None,
-                kinds: list[str] | None = None) -> dict[tuple[str, str, int],
-                                                         list[dict[str, dict]]]:
+                kinds: list[str] | None = None, library: str | None = None
+                ) -> dict[tuple[str, str, int], list[dict[str, dict]]]:
     """Stored rounds by (set, split, seed), of the given sets and split kinds (default
-    all): per round, each tool's record; rounds missing one of the three tools are left
-    out."""
+    all), timed at setattn library ``library`` (default: ``setattn/`` as it is now): per
+    round, each tool's record; rounds missing one of the three tools are left out, and so
+    are rounds of another library."""
     plain = {t: tool_flags(t, round_settings(store)) for t in ROUND_TOOLS}
+    library = library or library_digest()
     per: dict[tuple[str, str, int], dict[int, dict[str, dict]]] = {}
     for path in sorted((store / "molecules_rounds").glob("*.json")):
         run = json.loads(path.read_text())
         rec = run["record"]
+        if run["material"].get("setattn") != library:
+            continue
         if (rec["tool"] in ROUND_TOOLS and rec["flags"] == plain[rec["tool"]]
                 and rec["dataset"] in (datasets or SETS)
                 and rec["split"] in (kinds or SPLIT_KINDS)):
@@ -517,7 +522,8 @@ def main(argv: list[str] | None = None) -> None:
                       for t in ("setattn", *args.anchors))
     print(f"metrics on the {args.report.upper()} part; flags beyond the defaults: {flags}",
           file=sys.stderr)
-    record = build_record(records, load_rounds(args.store, args.datasets, args.splits), args)
+    rounds = load_rounds(args.store, args.datasets, args.splits, args.setattn_library)
+    record = build_record(records, rounds, args)
     if args.report == "test":
         finish(record, record_path(args))
     else:  # choices on validation parts are no result: printed, not recorded

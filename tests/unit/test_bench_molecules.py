@@ -8,6 +8,7 @@ import json
 import multiprocessing
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -194,12 +195,49 @@ def test_saved_rounds_need_all_three_tools_at_their_own_flags(bench, cp, tmp_pat
     for r, records in enumerate([full, partial, full]):
         for record in records:
             store_run("molecules_rounds", {"round": r, "tool": record["tool"],
-                                           "flags": record["flags"]},
+                                           "flags": record["flags"], "setattn": "lib1"},
                       {"record": record}, tmp_path)
-    rounds = molecules.load_rounds(tmp_path)
+    rounds = molecules.load_rounds(tmp_path, library="lib1")
     assert list(rounds) == [("freesolv", "random", 10)]
     assert len(rounds["freesolv", "random", 10]) == 2
-    assert molecules.load_rounds(tmp_path, ["esol"]) == {}
+    assert molecules.load_rounds(tmp_path, ["esol"], library="lib1") == {}
+
+
+def test_rounds_of_another_setattn_library_are_left_out(bench, cp, tmp_path):
+    """A round times the three tools together: rounds timed at another library (or
+    stored without one) are not this library's cost."""
+    _, molecules = bench
+    wide = " ".join(cp.ANCHORS["chemprop_w96"])
+    records = [dict(_record("setattn", 10, 1.0)),
+               {**_record("chemprop", 10, 2.0), "flags": "--ensemble-size 3"},
+               {**_record("chemprop_w96", 10, 2.0), "flags": wide + " --ensemble-size 3"}]
+    for r, library in enumerate(["old", None, "new"]):
+        for record in records:
+            material = {"round": r, "tool": record["tool"], "flags": record["flags"]}
+            if library is not None:
+                material["setattn"] = library
+            store_run("molecules_rounds", material, {"record": record}, tmp_path)
+    assert len(molecules.load_rounds(tmp_path, library="new")["freesolv", "random", 10]) == 1
+    assert molecules.load_rounds(tmp_path, library="other") == {}
+
+
+def test_a_rounds_key_names_the_setattn_library_for_every_tool(bench, monkeypatch, tmp_path):
+    """Every tool's run in a cost round is keyed with the setattn library it was timed
+    beside, so that a new library times the anchors anew instead of reusing them."""
+    jobs, _ = bench
+    monkeypatch.setattr(jobs, "_set_digest", lambda name: "data")
+    monkeypatch.setattr(jobs, "rows_digest", lambda smiles, labels: "rows")
+    job = jobs.Job("esol", "random", 10, tmp_path / "data.csv", "random10", [],
+                   table=SimpleNamespace(smiles=[]))
+    keys = set()
+    for tool in ("setattn", "chemprop", "chemprop_w96"):
+        for library in ("a", "b"):
+            settings = jobs.RunSettings(tmp_path, "test", 1, anchor_ensemble=3, round=0,
+                                        library=library)
+            kind, material = jobs.run_material(job, tool, settings)
+            assert kind == "molecules_rounds" and material["setattn"] == library
+            keys.add(json.dumps(material, sort_keys=True))
+    assert len(keys) == 6  # no tool's round run is shared between the two libraries
 
 
 def test_an_ensembles_one_kernel_part_is_counted_once(bench, monkeypatch):
