@@ -63,6 +63,8 @@ def fit_and_score(data: list[Data], vectors: torch.Tensor, y: np.ndarray, train:
     width = data[0].descriptors.shape[1]
     config = KernelConfig(size=len(train), descriptor_dim=width, num_tasks=1, fingerprints=True)
     part, _ = KernelPart.fit([data[i] for i in train], y_train, config)
+    # KernelPart.fit keeps the descriptor ridge's leave-one-out residuals but not the
+    # fingerprint ridge's: fitting that ridge again on the same rows gives them
     fingerprints = torch.cat([data[i].fingerprint for i in train])
     _, fp_residuals = part.fingerprint.fit(fingerprints, y_train, part.descriptor.searched)
     mix = float(part.mix[0])
