@@ -190,10 +190,11 @@ class ConcatAdditive(Score):
 def head_dot(x: Tensor, att: Tensor) -> Tensor:
     """Per-head dot products: x (..., H, D), att (H, D) -> (..., H, 1).
 
-    An elementwise product and a sum, not a matrix product: the (H * D, H)
-    block-diagonal GEMM this replaced has H output columns, a shape for which MKL's
-    single-threaded kernels on AMD cores ran about five times slower than this, and
-    which measured no clear gain on Intel cores (``benchmarks/layers.py``).
+    An elementwise product and a sum, not a matrix product: as an (H * D, H)
+    block-diagonal GEMM it would have H output columns, a shape for which MKL's
+    single-threaded kernels on AMD cores run about five times slower than this. On
+    eager CPU tensors the engine's FUSED_GAT path computes it with a compiled kernel
+    instead (``GAT.head_vectors``).
     """
     return (x * att).sum(-1, keepdim=True)
 
@@ -229,6 +230,12 @@ class GAT(Score):
         if edge_attr is not None:
             s = s + edge_attr
         return F.leaky_relu(s, self.negative_slope)
+
+    def head_vectors(self) -> tuple[Tensor, Tensor] | None:
+        """``(att_dst, att_src)``, (H, D) each: ``prepare_q`` / ``prepare_k`` are
+        ``head_dot`` with them, which the engine's compiled CPU path computes in one
+        node. A subclass whose preparation differs returns None."""
+        return self.att_dst, self.att_src
 
     def fused_gat(self) -> float | None:
         """Opts into the engine's fused GAT edge kernel (``EnginePath.FUSED_GAT``).

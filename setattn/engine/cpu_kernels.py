@@ -153,6 +153,43 @@ def softmax_sum_grads(indptr, perm, src, w, v, go, gw_in, has_gw, g_v):
     return gs
 
 
+@njit(cache=True, fastmath=FAST, nogil=True)
+def head_dots(x, att):
+    """Per-head dot products of node rows with T attention vectors: x (N, H, D), att
+    (T, H, D) -> (T, N, H), out[t, n, h] = <x[n, h], att[t, h]>."""
+    terms, (n, heads, dim) = att.shape[0], x.shape
+    out = np.empty((terms, n, heads), x.dtype)
+    zero = np.zeros(1, x.dtype)[0]
+    for i in range(n):
+        for t in range(terms):
+            for h in range(heads):
+                acc = zero
+                for d in range(dim):
+                    acc += x[i, h, d] * att[t, h, d]
+                out[t, i, h] = acc
+    return out
+
+
+@njit(cache=True, fastmath=FAST, nogil=True)
+def head_dot_grads(x, att, g, need_x):
+    """Gradients of ``head_dots`` for the output's gradient g (T, N, H): g_x (N, H, D),
+    sum_t g[t, n, h] att[t, h] (empty unless ``need_x``), and g_att (T, H, D),
+    sum_n g[t, n, h] x[n, h]."""
+    terms, (n, heads, dim) = att.shape[0], x.shape
+    g_x = np.zeros((n if need_x else 0, heads, dim), x.dtype)
+    g_att = np.zeros(att.shape, att.dtype)
+    for i in range(n):
+        for t in range(terms):
+            for h in range(heads):
+                gi = g[t, i, h]
+                for d in range(dim):
+                    g_att[t, h, d] += gi * x[i, h, d]
+                if need_x:
+                    for d in range(dim):
+                        g_x[i, h, d] += gi * att[t, h, d]
+    return g_x, g_att
+
+
 @njit(cache=True, fastmath=FAST, inline="always")
 def _gat_input(pq, pk, ea, has_e, e, i, j, h):
     """pq[i, h] + pk[j, h] (+ ea[e, h]): GAT's LeakyReLU input on edge e (j -> i)."""

@@ -34,10 +34,60 @@ def attend_fused_gat(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Modu
     Returns:
         (Nq, H, Dv) output and the (E, H) weights.
     """
-    pq, pk = prepare(score, q, k)  # (Nq, H, 1), (Nk, H, 1)
-    layout = target_layout(top) if cpu_kernels_serve(v) else None
-    return GATEdges.apply(pq.squeeze(-1), pk.squeeze(-1), v, edge_attr, top.index[0],
-                          top.index[1], top.num_q, score.fused_gat(), layout)
+    compiled = cpu_kernels_serve(v)
+    pq, pk = node_terms(score, q, k, compiled)  # (Nq, H), (Nk, H)
+    layout = target_layout(top) if compiled else None
+    return GATEdges.apply(pq, pk, v, edge_attr, top.index[0], top.index[1], top.num_q,
+                          score.fused_gat(), layout)
+
+
+def node_terms(score: nn.Module, q: Tensor, k: Tensor, compiled: bool) -> tuple[Tensor, Tensor]:
+    """GAT's per-node terms: q (Nq, H, Dk), k (Nk, H, Dk) -> pq (Nq, H), pk (Nk, H).
+
+    When ``compiled`` and the score gives its attention vectors (``head_vectors()``),
+    the terms are one :class:`HeadDots` node over the rows (both vectors at once when q
+    is k); otherwise the score's own ``prepare`` steps.
+    """
+    vectors = score.head_vectors() if getattr(type(score), "head_vectors", None) else None
+    if not compiled or vectors is None or q.dtype != k.dtype:
+        pq, pk = prepare(score, q, k)  # (Nq, H, 1), (Nk, H, 1)
+        return pq.squeeze(-1), pk.squeeze(-1)
+    att_q, att_k = vectors  # (H, Dk) each
+    if q is k:
+        pq, pk = HeadDots.apply(q, torch.stack([att_q, att_k]))  # (2, N, H)
+        return pq, pk
+    return HeadDots.apply(q, att_q[None])[0], HeadDots.apply(k, att_k[None])[0]
+
+
+class HeadDots(torch.autograd.Function):
+    """``scores.head_dot`` of node rows with T attention vectors, on eager CPU tensors:
+    x (N, H, D), att (T, H, D) -> (T, N, H), through ``cpu_kernels.head_dots``.
+
+    One node and one pass over the rows each way, in place of a broadcast product and a
+    sum per vector, whose backward broadcasts the (N, H) gradient over (N, H, D) twice
+    per vector. Under ``create_graph`` the backward is made of differentiable ops.
+    """
+
+    @staticmethod
+    def forward(ctx, x, att):
+        from setattn.engine import cpu_kernels
+
+        ctx.save_for_backward(x, att)
+        return torch.from_numpy(cpu_kernels.head_dots(*as_arrays(x, att)))  # (T, N, H)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, att = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        if torch.is_grad_enabled():  # create_graph: differentiable ops
+            g_x = (grad[..., None] * att[:, None]).sum(0) if need[0] else None  # (N, H, D)
+            g_att = (grad[..., None] * x).sum(1) if need[1] else None  # (T, H, D)
+            return g_x, g_att
+        from setattn.engine import cpu_kernels
+
+        g_x, g_att = cpu_kernels.head_dot_grads(*as_arrays(x, att, grad), bool(need[0]))
+        return (torch.from_numpy(g_x) if need[0] else None,
+                torch.from_numpy(g_att) if need[1] else None)
 
 
 def target_layout(top: Edges) -> tuple:
@@ -140,16 +190,45 @@ class GATEdges(torch.autograd.Function):
         return (*picked, None, None, None, None, None)
 
 
+def softmax_sum(layout: tuple, logits: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The CPU kernels' softmax of the (E, H) ``logits`` over each target's edges (in
+    place: they become the weights) and weighted sum of ``values`` (Nk, H, Dv) ->
+    (Nq, H, Dv); shared by FUSED_GAT and FUSED_GATV2."""
+    from setattn.engine import cpu_kernels
+
+    indptr, perm, src, _ = layout
+    return cpu_kernels.softmax_sum(indptr, perm, src, logits, values)
+
+
+def softmax_sum_grads(layout: tuple, w: np.ndarray, values: np.ndarray, grad_out: np.ndarray,
+                      grad_w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients of :func:`softmax_sum` for the output's (Nq, H, Dv) and the weights' own
+    (E, H) or None: the logits' (E, H) and the values' (Nk, H, Dv)."""
+    from setattn.engine import cpu_kernels
+
+    indptr, perm, src, _ = layout
+    g_v = np.zeros(values.shape, values.dtype)  # (Nk, H, Dv)
+    gs = cpu_kernels.softmax_sum_grads(indptr, perm, src, w, values, grad_out,
+                                       or_unread(grad_w, w), grad_w is not None, g_v)
+    return gs, g_v
+
+
+def or_unread(array: np.ndarray | None, stand_in: np.ndarray) -> np.ndarray:
+    """``array``, or for None a stand-in of the same dtype that the kernel, told the
+    array is absent, never reads (compiled signatures take arrays, not None)."""
+    return stand_in if array is None else array
+
+
 def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor, edge_attr: Tensor | None, slope: float,
                  layout: tuple) -> tuple[Tensor, Tensor]:
     """``gat_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernels."""
     from setattn.engine import cpu_kernels
 
-    indptr, perm, src, dst = layout
+    _, _, src, dst = layout
     pq_, pk_, v_, ea = as_arrays(pq, pk, v, edge_attr)
-    w = cpu_kernels.gat_logits(src, dst, pq_, pk_, pq_ if ea is None else ea,
-                               ea is not None, pq_.dtype.type(slope))  # (E, H)
-    out = cpu_kernels.softmax_sum(indptr, perm, src, w, v_)  # w: logits -> weights
+    w = cpu_kernels.gat_logits(src, dst, pq_, pk_, or_unread(ea, pq_), ea is not None,
+                               pq_.dtype.type(slope))  # (E, H)
+    out = softmax_sum(layout, w, v_)  # w: logits -> weights
     return torch.from_numpy(out), torch.from_numpy(w)
 
 
@@ -158,14 +237,11 @@ def _cpu_backward(ctx, grad_out: Tensor, grad_w: Tensor | None) -> tuple:
     from setattn.engine import cpu_kernels
 
     w, pq, pk, v, edge_attr = ctx.saved_tensors[:5]
-    indptr, perm, src, dst = ctx.layout
+    _, _, src, dst = ctx.layout
     pq_, pk_, v_, ea, w_, go, gw = as_arrays(pq, pk, v, edge_attr, w, grad_out, grad_w)
-    g_v = np.zeros(v_.shape, v_.dtype)  # (Nk, H, Dv)
-    gs = cpu_kernels.softmax_sum_grads(indptr, perm, src, w_, v_, go,
-                                       w_ if gw is None else gw, gw is not None, g_v)
-    g_pq, g_pk, g_e = cpu_kernels.gat_logit_grads(src, dst, pq_, pk_,
-                                                  pq_ if ea is None else ea, ea is not None,
-                                                  gs, pq_.dtype.type(ctx.slope))
+    gs, g_v = softmax_sum_grads(ctx.layout, w_, v_, go, gw)
+    g_pq, g_pk, g_e = cpu_kernels.gat_logit_grads(src, dst, pq_, pk_, or_unread(ea, pq_),
+                                                  ea is not None, gs, pq_.dtype.type(ctx.slope))
     grads = (g_pq, g_pk, g_v, g_e)
     return (*(torch.from_numpy(g) if need else None
               for g, need in zip(grads, ctx.needs_input_grad[:4])),

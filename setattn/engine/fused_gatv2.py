@@ -10,12 +10,17 @@ elsewhere the torch ops of :func:`gatv2_edges`.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from setattn.engine.fused_gat import as_arrays, target_layout
+from setattn.engine.fused_gat import (
+    as_arrays,
+    or_unread,
+    softmax_sum,
+    softmax_sum_grads,
+    target_layout,
+)
 from setattn.engine.plan import cpu_kernels_serve
 from setattn.engine.scoring import prepare
 from setattn.engine.softmax import segment_softmax
@@ -138,11 +143,11 @@ def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor | None, edge_attr: Tensor | N
     """``gatv2_edges``' output (Nq, H, Dv) and weights (E, H) from the CPU kernels."""
     from setattn.engine import cpu_kernels
 
-    indptr, perm, src, dst = layout
+    _, _, src, dst = layout
     pq_, pk_, v_, ea, att_ = as_arrays(pq, pk, v, edge_attr, att)
-    w = cpu_kernels.gatv2_logits(src, dst, pq_, pk_, pq_ if ea is None else ea,
-                                 ea is not None, att_, pq_.dtype.type(slope))  # (E, H)
-    out = cpu_kernels.softmax_sum(indptr, perm, src, w, pk_ if v_ is None else v_)
+    w = cpu_kernels.gatv2_logits(src, dst, pq_, pk_, or_unread(ea, pq_), ea is not None,
+                                 att_, pq_.dtype.type(slope))  # (E, H)
+    out = softmax_sum(layout, w, or_unread(v_, pk_))  # w: logits -> weights
     return torch.from_numpy(out), torch.from_numpy(w)
 
 
@@ -152,16 +157,13 @@ def _cpu_backward(ctx, grad_out: Tensor, grad_w: Tensor | None) -> tuple:
     from setattn.engine import cpu_kernels
 
     w, pq, pk, v, edge_attr, att = ctx.saved_tensors[:6]
-    indptr, perm, src, dst = ctx.layout
+    _, _, src, dst = ctx.layout
     need = ctx.needs_input_grad
     pq_, pk_, v_, ea, att_, w_, go, gw = as_arrays(pq, pk, v, edge_attr, att, w, grad_out,
                                                    grad_w)
-    values = pk_ if v_ is None else v_
-    g_v = np.zeros(values.shape, values.dtype)  # (Nk, H, Dv)
-    gs = cpu_kernels.softmax_sum_grads(indptr, perm, src, w_, values, go,
-                                       w_ if gw is None else gw, gw is not None, g_v)
+    gs, g_v = softmax_sum_grads(ctx.layout, w_, or_unread(v_, pk_), go, gw)
     g_pq, g_pk, g_e, g_att = cpu_kernels.gatv2_logit_grads(
-        src, dst, pq_, pk_, pq_ if ea is None else ea, ea is not None, att_, gs,
+        src, dst, pq_, pk_, or_unread(ea, pq_), ea is not None, att_, gs,
         pq_.dtype.type(ctx.slope), bool(need[3]))
     if v_ is None:
         g_pk += g_v

@@ -148,7 +148,8 @@ CSR_MIN_EDGES_FEW = 16384
 # CPU. One core, GATConv 64 -> 4 x 16, forward + backward, a new random graph of 4 edges a
 # node every pass: 1.9 against 3.0 ms at 4,000 edges, 20 against 24 ms at 40,000, even at
 # 120,000; on one graph of 1.1 million edges passed again and again (the CSR layouts
-# cached) 782 against 497 ms (benchmarks/layers.py).
+# cached) 782 against 497 ms. One-off comparisons of ``attend(..., path="fused_gat")``
+# with ``path="sparse_csr"`` on one AMD EPYC core; no benchmark regenerates them.
 FUSED_GAT_MAX_EDGES = 65536
 
 

@@ -1,7 +1,8 @@
 """The compiled CPU kernels of FUSED_GAT and FUSED_GATV2 against the torch ops that the
 same autograd nodes run elsewhere (CUDA, torch.compile): outputs, weights and every
 gradient, in float64, on graphs with a target no edge enters, repeated edges, self loops
-and huge logits; and the counting sort that groups the edges by target."""
+and huge logits; GAT's per-node terms; and the counting sort that groups the edges by
+target."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from setattn import scores
 from setattn.engine import cpu_kernels
-from setattn.engine.fused_gat import GATEdges, target_layout
+from setattn.engine.fused_gat import GATEdges, HeadDots, node_terms, target_layout
 from setattn.engine.fused_gatv2 import GATv2Edges
 from setattn.topology import edges
 
@@ -125,3 +127,47 @@ def test_the_layout_is_built_once_per_topology():
     """The grouping by target is cached on the topology: a second call reuses it."""
     top = _graph()
     assert target_layout(top) is target_layout(top)
+
+
+@pytest.mark.parametrize("terms", [1, 2])
+def test_head_dots_equal_the_torch_ops(terms):
+    """Per-head dot products with T vectors: the values and both gradients of
+    ``(x * att).sum(-1)``, in float64."""
+    x, att = _leaf(NK, HEADS, DIM, seed=16), _leaf(terms, HEADS, DIM, seed=17)
+    gen = torch.Generator().manual_seed(18)
+    weights = torch.randn(terms, NK, HEADS, generator=gen, dtype=F64)
+    got = HeadDots.apply(x, att)  # (T, N, H)
+    want = (x[None] * att[:, None]).sum(-1)  # (T, N, H)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    g_got = torch.autograd.grad((got * weights).sum(), [x, att])
+    g_want = torch.autograd.grad((want * weights).sum(), [x, att])
+    torch.testing.assert_close(g_got, g_want, rtol=1e-12, atol=1e-12)
+
+
+def test_head_dots_differentiate_twice():
+    """Under create_graph the backward is differentiable: second derivatives agree."""
+    x, att = _leaf(NK, HEADS, DIM, seed=19), _leaf(2, HEADS, DIM, seed=20)
+
+    def second(out):
+        (g_x,) = torch.autograd.grad(out.square().sum(), [x], create_graph=True)
+        return torch.autograd.grad(g_x.square().sum(), [x, att])
+
+    torch.testing.assert_close(second(HeadDots.apply(x, att)),
+                               second((x[None] * att[:, None]).sum(-1)),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("same_rows", [True, False])
+def test_node_terms_are_the_scores_own(same_rows):
+    """The compiled node terms of a GAT score are its ``prepare`` steps' values and
+    gradients, for queries that are the keys (both vectors at once) or other rows."""
+    score = scores.GAT(HEADS, DIM).double()
+    q = _leaf(NQ, HEADS, DIM, seed=21)
+    k = q if same_rows else _leaf(NQ, HEADS, DIM, seed=22)
+    got = node_terms(score, q, k, compiled=True)
+    want = node_terms(score, q, k, compiled=False)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    params = [q, score.att_src, score.att_dst]
+    loss = [(a * b).sum() for a, b in (got, want)]  # pq * pk couples both terms
+    torch.testing.assert_close(torch.autograd.grad(loss[0], params),
+                               torch.autograd.grad(loss[1], params), rtol=1e-12, atol=1e-12)
