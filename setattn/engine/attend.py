@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from setattn.attention_graph import AttentionGraph
 from setattn.capture import is_capturing, record
 from setattn.engine.dense import attend_blocks
+from setattn.engine.fused_dot import attend_fused_dot
 from setattn.engine.fused_gat import attend_fused_gat
 from setattn.engine.fused_gatv2 import attend_fused
 from setattn.engine.plan import EnginePath, edge_view, forced_path, plan
@@ -111,6 +112,8 @@ def _run(path: EnginePath, q: Tensor, k: Tensor, v: Tensor, top: Topology, score
         return attend_fused(q, k, v, graph, score, edge_attr)
     if path is EnginePath.FUSED_GAT:
         return attend_fused_gat(q, k, v, graph, score, edge_attr)
+    if path is EnginePath.FUSED_DOT:
+        return attend_fused_dot(q, k, v, graph, score)
     return attend_edges(q, k, v, graph, score, bias, mask, edge_attr, p, top_k,
                         csr=path is EnginePath.SPARSE_CSR)
 

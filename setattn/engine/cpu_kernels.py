@@ -1,10 +1,12 @@
-"""The fused GAT and GATv2 edge kernels on the CPU: one pass over each target's edges.
+"""The fused edge kernels on the CPU: one pass over each target's edges.
 
-FUSED_GAT and FUSED_GATV2 (:mod:`setattn.engine.fused_gat`,
-:mod:`setattn.engine.fused_gatv2`) run these on eager CPU tensors, in two steps each way:
+FUSED_GAT, FUSED_GATV2 and FUSED_DOT (:mod:`setattn.engine.fused_gat`,
+:mod:`setattn.engine.fused_gatv2`, :mod:`setattn.engine.fused_dot`) run these on eager
+CPU tensors, in two steps each way:
 
-* the score's logits, one loop over the edges (``gat_logits``, ``gatv2_logits``), and
-  their gradients (``gat_logit_grads``, ``gatv2_logit_grads``);
+* the score's logits, one loop over the edges (``gat_logits``, ``gatv2_logits``,
+  ``dot_logits``), and their gradients (``gat_logit_grads``, ``gatv2_logit_grads``,
+  ``dot_logit_grads``);
 * the softmax over each target's incoming edges and the weighted sum of the values
   (``softmax_sum``) and its gradients (``softmax_sum_grads``), shared by both scores:
   each target's edges are a row of a CSR layout (``by_target``, a stable counting sort
@@ -188,6 +190,43 @@ def head_dot_grads(x, att, g, need_x):
                     for d in range(dim):
                         g_x[i, h, d] += gi * att[t, h, d]
     return g_x, g_att
+
+
+@njit(cache=True, fastmath=FAST, nogil=True)
+def dot_logits(src, dst, q, k, scale):
+    """Dot-product logits s_e = scale <q[dst(e), h], k[src(e), h]>: (E, H).
+
+    Args:
+        src, dst: (E,); q: (Nq, H, A) prepared queries; k: (Nk, H, A) prepared keys;
+        scale: the score's scale.
+    """
+    heads, width = q.shape[1], q.shape[2]
+    s = np.empty((src.shape[0], heads), q.dtype)
+    zero = np.zeros(1, q.dtype)[0]
+    for e in range(src.shape[0]):
+        i, j = dst[e], src[e]
+        for h in range(heads):
+            acc = zero
+            for c in range(width):
+                acc += q[i, h, c] * k[j, h, c]
+            s[e, h] = acc * scale
+    return s
+
+
+@njit(cache=True, fastmath=FAST, nogil=True)
+def dot_logit_grads(src, dst, q, k, gs, scale):
+    """Gradients of ``dot_logits`` for the logits' gradient ``gs`` (E, H): g_q (Nq, H, A)
+    and g_k (Nk, H, A)."""
+    heads, width = q.shape[1], q.shape[2]
+    g_q, g_k = np.zeros(q.shape, q.dtype), np.zeros(k.shape, k.dtype)
+    for e in range(src.shape[0]):
+        i, j = dst[e], src[e]
+        for h in range(heads):
+            g = gs[e, h] * scale
+            for c in range(width):
+                g_q[i, h, c] += g * k[j, h, c]
+                g_k[j, h, c] += g * q[i, h, c]
+    return g_q, g_k
 
 
 @njit(cache=True, fastmath=FAST, inline="always")

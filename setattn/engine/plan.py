@@ -15,6 +15,8 @@ The paths (:class:`EnginePath`) and what they compute::
                    autograd node with a hand-written backward; on eager CPU tensors
                    compiled loops over each target's edges (setattn.engine.cpu_kernels)
     FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores)
+    FUSED_DOT      the same for dot-product logits, on eager CPU tensors (the compiled
+                   loops; elsewhere, when asked for, torch ops)
     SPARSE_CSR     segment softmax over an edge list; the sum (and dot-product logits)
                    as CSR sparse-dense products: (E, H) weights kept, never (E, H, D)
                    messages
@@ -32,7 +34,11 @@ plan()'s decisions, in the order it makes them::
                                     the score opts in (``fused_gat()``:       FUSED_GAT
                                     GAT), the same conditions, edge_attr
                                     None or (E, H); on an eager CPU run
-                                    only float32/64, E <= FUSED_GAT_MAX_EDGES
+                                    only float32/64, E <= FUSED_MAX_EDGES
+                                    eager CPU run, float32/64, E <=           FUSED_DOT
+                                    FUSED_MAX_EDGES, a dot-product score,
+                                    no bias, mask, dropout, hard attention
+                                    or edge_attr
                                     eager CPU run, CSR_MIN_EDGES <= E <=      SPARSE_CSR
                                     Nq * Nk (CSR_MIN_EDGES_FEW when E <= Nk)
                                     eager CPU run, fewer edges                SPARSE_GATHER
@@ -57,25 +63,26 @@ view, with the evidence behind each column::
 
     rules          edge lists            windows         complete, bipartite
     -------------  --------------------  --------------  -------------------------------
-    "cpu"          FUSED_GAT for GAT up  run as edges    DENSE_SDPA, else DENSE_BLOCKS
-    (eager CPU)    to FUSED_GAT_MAX_
-                   EDGES; SPARSE_CSR
-                   from CSR_MIN_EDGES
-                   on, else SPARSE_
-                   GATHER
+    "cpu"          FUSED_GAT for GAT,    run as edges    DENSE_SDPA, else DENSE_BLOCKS
+    (eager CPU)    FUSED_DOT for plain
+                   dot products, up to
+                   FUSED_MAX_EDGES;
+                   SPARSE_CSR from
+                   CSR_MIN_EDGES on,
+                   else SPARSE_GATHER
     "cuda"         SPARSE_GATHER         WINDOW_BLOCKS   DENSE_SDPA, else DENSE_BLOCKS
     "other"        SPARSE_GATHER         WINDOW_BLOCKS   DENSE_SDPA, else DENSE_BLOCKS
     (torch.compile, MPS, XPU, meta, ...)
 
 FUSED_GATV2 is taken wherever it applies, on every device. On eager CPU tensors of float32
-or float64 both fused paths run the compiled loops of :mod:`setattn.engine.cpu_kernels`
+or float64 the fused paths run the compiled loops of :mod:`setattn.engine.cpu_kernels`
 (Numba): one pass over each target's incoming edges, a counting sort by target as the
 only layout, so a new batch of small graphs every step costs little; elsewhere (CUDA,
 torch.compile, other dtypes) they are ordinary tensor operations (gather,
 scatter_reduce, index_add), one autograd node around them. On the eager CPU FUSED_GAT
-gives way to SPARSE_CSR above FUSED_GAT_MAX_EDGES edges, where the CSR layouts, built
-once for a graph passed again and again, beat the kernel's random reads;
-``attend(..., path="fused_gat")`` runs it anywhere.
+and FUSED_DOT give way to SPARSE_CSR above FUSED_MAX_EDGES edges, where the CSR layouts,
+built once for a graph passed again and again, beat the kernels' random reads;
+``attend(..., path="fused_gat")`` and ``path="fused_dot"`` run them anywhere.
 
 The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
 benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: it holds until a
@@ -134,6 +141,7 @@ class EnginePath(Enum):
     WINDOW_BLOCKS = "window_blocks"
     FUSED_GATV2 = "fused_gatv2"
     FUSED_GAT = "fused_gat"
+    FUSED_DOT = "fused_dot"
     SPARSE_CSR = "sparse_csr"
     SPARSE_GATHER = "sparse_gather"
 
@@ -150,7 +158,7 @@ CSR_MIN_EDGES_FEW = 16384
 # 120,000; on one graph of 1.1 million edges passed again and again (the CSR layouts
 # cached) 782 against 497 ms. One-off comparisons of ``attend(..., path="fused_gat")``
 # with ``path="sparse_csr"`` on one AMD EPYC core; no benchmark regenerates them.
-FUSED_GAT_MAX_EDGES = 65536
+FUSED_MAX_EDGES = 65536
 
 
 def plan(
@@ -187,29 +195,32 @@ def plan(
     score = DEFAULT_SCORE if score is None else score
     p = dropout if training else 0.0
     if isinstance(topology, Edges):
-        return _edge_path(v, topology, score, bias, mask, edge_attr, p, hard)
+        return _edge_path(q, v, topology, score, bias, mask, edge_attr, p, hard)
     if isinstance(topology, Window):
         if not csr_kernels_serve(v):
             return EnginePath.WINDOW_BLOCKS
-        return _edge_path(v, edge_view(topology), score, bias, mask, edge_attr, p, hard)
+        return _edge_path(q, v, edge_view(topology), score, bias, mask, edge_attr, p, hard)
     if isinstance(topology, Bipartite):
         if one_query_per_set(topology):
-            return _edge_path(v, edge_view(topology), score, bias, mask, edge_attr, p, hard)
+            return _edge_path(q, v, edge_view(topology), score, bias, mask, edge_attr, p, hard)
         if sdpa_applies(q, score, edge_attr, hard, need_weights):
             return EnginePath.DENSE_SDPA
         return EnginePath.DENSE_BLOCKS
     raise TypeError(f"topology must come from setattn.topology, got {type(topology).__name__}")
 
 
-def _edge_path(v: Tensor, top: Edges, score: nn.Module, bias: Tensor | None,
+def _edge_path(q: Tensor, v: Tensor, top: Edges, score: nn.Module, bias: Tensor | None,
                mask: Tensor | None, edge_attr: Tensor | None, p: float,
                hard: int | str | None) -> EnginePath:
-    """FUSED_GATV2, SPARSE_CSR, FUSED_GAT or SPARSE_GATHER for an edge list."""
+    """FUSED_GATV2, FUSED_GAT, FUSED_DOT, SPARSE_CSR or SPARSE_GATHER for an edge list."""
     if fused_gatv2_applies(score, bias, mask, edge_attr, p, hard):
         return EnginePath.FUSED_GATV2
+    fused_cpu = fused_pays_off(v, top)
     if fused_gat_applies(score, bias, mask, edge_attr, p, hard) and (
-            not csr_kernels_serve(v) or fused_gat_pays_off(v, top)):
+            not csr_kernels_serve(v) or fused_cpu):
         return EnginePath.FUSED_GAT
+    if fused_cpu and fused_dot_applies(q, score, bias, mask, edge_attr, p, hard):
+        return EnginePath.FUSED_DOT
     if csr_kernels_serve(v):  # eager CPU: measured
         return EnginePath.SPARSE_CSR if csr_pays_off(top) else EnginePath.SPARSE_GATHER
     return EnginePath.SPARSE_GATHER
@@ -270,10 +281,19 @@ def cpu_kernels_serve(x: Tensor) -> bool:
     return device_rules(x) == "cpu" and x.dtype in (torch.float32, torch.float64)
 
 
-def fused_gat_pays_off(v: Tensor, top: Edges) -> bool:
-    """On the eager CPU, FUSED_GAT's compiled kernel beats the CSR kernels up to
-    ``FUSED_GAT_MAX_EDGES`` edges (one counting sort against two sparse layouts)."""
-    return cpu_kernels_serve(v) and top.num_edges <= FUSED_GAT_MAX_EDGES
+def fused_pays_off(v: Tensor, top: Edges) -> bool:
+    """On the eager CPU, the compiled kernels of FUSED_GAT and FUSED_DOT beat the CSR
+    kernels up to ``FUSED_MAX_EDGES`` edges (one counting sort against two sparse
+    layouts)."""
+    return cpu_kernels_serve(v) and top.num_edges <= FUSED_MAX_EDGES
+
+
+def fused_dot_applies(q: Tensor, score: nn.Module, bias: Tensor | None, mask: Tensor | None,
+                      edge_attr: Tensor | None, p: float, hard: int | str | None) -> bool:
+    """A dot-product score (``dot_scale`` at the query width) and nothing FUSED_DOT does
+    not compute: no bias, mask, dropout (p > 0), hard attention or edge features."""
+    return (_plain_soft(bias, mask, p, hard, None, 0) and edge_attr is None
+            and dot_scale(score, q.shape[-1]) is not None)
 
 
 def csr_kernels_serve(x: Tensor) -> bool:
@@ -371,6 +391,10 @@ def forced_path(path: EnginePath | str, q: Tensor, k: Tensor, v: Tensor, topolog
         ok = fused_gat_applies(score, bias, mask, edge_attr, p, hard)
         why = ("needs a score that opts in (GAT, LeakyReLU slope >= 0) and no bias, mask, "
                "dropout, hard attention or (E, H, A) edge_attr")
+    elif path is EnginePath.FUSED_DOT:
+        ok = fused_dot_applies(q, score, bias, mask, edge_attr, p, hard)
+        why = ("needs a dot-product score and no bias, mask, dropout, hard attention or "
+               "edge_attr")
     elif path is EnginePath.SPARSE_CSR:
         ok, why = _csr_applies(v, topology)
     elif path is EnginePath.WINDOW_BLOCKS:

@@ -1,4 +1,4 @@
-"""The compiled CPU kernels of FUSED_GAT and FUSED_GATV2 against the torch ops that the
+"""The compiled CPU kernels of FUSED_GAT, FUSED_GATV2 and FUSED_DOT against the torch ops that the
 same autograd nodes run elsewhere (CUDA, torch.compile): outputs, weights and every
 gradient, in float64, on graphs with a target no edge enters, repeated edges, self loops
 and huge logits; GAT's per-node terms; and the counting sort that groups the edges by
@@ -12,6 +12,7 @@ import torch
 
 from setattn import scores
 from setattn.engine import cpu_kernels
+from setattn.engine.fused_dot import DotEdges
 from setattn.engine.fused_gat import GATEdges, HeadDots, node_terms, target_layout
 from setattn.engine.fused_gatv2 import GATv2Edges
 from setattn.topology import edges
@@ -171,3 +172,36 @@ def test_node_terms_are_the_scores_own(same_rows):
     loss = [(a * b).sum() for a, b in (got, want)]  # pq * pk couples both terms
     torch.testing.assert_close(torch.autograd.grad(loss[0], params),
                                torch.autograd.grad(loss[1], params), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("values_are_keys", [False, True])
+@pytest.mark.parametrize("scale", [0.25, 1e4])
+def test_dot_kernel_equals_the_torch_ops(values_are_keys, scale):
+    """Dot-product logits: the same output, weights and gradients (queries, keys,
+    values), with values that are the keys (their gradients add up) and huge logits."""
+    top = _graph(seed=23)
+    pq, pk = _leaf(NQ, HEADS, WIDTH, seed=24), _leaf(NK, HEADS, WIDTH, seed=25)
+    v = None if values_are_keys else _leaf(NK, HEADS, DIM, seed=26)
+    args = [pq, pk, v, top.index[0], top.index[1], NQ, scale, None]
+    (out_t, w_t, g_t), (out_k, w_k, g_k) = _both(DotEdges, args, 7, top, [pq, pk, v])
+    assert torch.isfinite(out_k).all()
+    torch.testing.assert_close(out_k, out_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w_k, w_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g_k, g_t, rtol=1e-10, atol=1e-10)
+    assert (out_k[NQ - 1] == 0).all()  # no edge enters the last target
+
+
+def test_dot_kernel_differentiates_twice():
+    """Under create_graph the compiled node's backward is differentiable: second
+    derivatives equal those of the torch ops."""
+    top = _graph(seed=27)
+    pq, pk = _leaf(NQ, HEADS, WIDTH, seed=28), _leaf(NK, HEADS, WIDTH, seed=29)
+    v = _leaf(NK, HEADS, DIM, seed=30)
+
+    def second(layout):
+        out, _ = DotEdges.apply(pq, pk, v, top.index[0], top.index[1], NQ, 0.5, layout)
+        g_q, = torch.autograd.grad(out.square().sum(), [pq], create_graph=True)
+        return torch.autograd.grad(g_q.square().sum(), [pq, pk, v])
+
+    torch.testing.assert_close(second(target_layout(top)), second(None), rtol=1e-12,
+                               atol=1e-12)

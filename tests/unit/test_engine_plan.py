@@ -24,7 +24,7 @@ import setattn
 from setattn import bipartite, complete, edges, window
 from setattn import scores as S
 from setattn.engine import EnginePath, attend, plan
-from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW, FUSED_GAT_MAX_EDGES
+from setattn.engine.plan import CSR_MIN_EDGES, CSR_MIN_EDGES_FEW, FUSED_MAX_EDGES
 from setattn.topology import ptr_from_sizes
 
 P = EnginePath
@@ -58,8 +58,8 @@ class OptedOut(S.GATv2):
         return None
 
 
-def _plan(top, score=None, device="cpu", **kwargs):
-    q, k, v = _qkv(top.num_q, top.num_kv, device=device)
+def _plan(top, score=None, device="cpu", dtype=torch.float32, **kwargs):
+    q, k, v = _qkv(top.num_q, top.num_kv, device=device, dtype=dtype)
     return plan(q, k, v, top, score, **kwargs)
 
 
@@ -79,11 +79,20 @@ PLANNED = {  # case -> (plan() arguments, expected path)
                                      edge_attr=torch.zeros(1, 1)), P.DENSE_BLOCKS),
     "complete of single items is no pooling": (dict(top=complete([0, 1, 2, 3])), P.DENSE_SDPA),
     "bipartite, 2 queries in a set": (dict(top=bipartite([0, 2, 3], [0, 4, 9])), P.DENSE_SDPA),
-    "pooling, small": (dict(top=_pool([5, 9, 2])), P.SPARSE_GATHER),
-    "pooling, below CSR_MIN_EDGES_FEW": (dict(top=_pool([CSR_MIN_EDGES_FEW - 1])),
-                                        P.SPARSE_GATHER),
-    "pooling, CSR_MIN_EDGES_FEW items": (dict(top=_pool([CSR_MIN_EDGES_FEW // 2] * 2)),
-                                        P.SPARSE_CSR),
+    "pooling, small": (dict(top=_pool([5, 9, 2])), P.FUSED_DOT),
+    "pooling, FUSED_MAX_EDGES items": (dict(top=_pool([FUSED_MAX_EDGES // 2] * 2)),
+                                       P.FUSED_DOT),
+    "pooling, above FUSED_MAX_EDGES": (dict(top=_pool([FUSED_MAX_EDGES // 2 + 1] * 2)),
+                                       P.SPARSE_CSR),
+    "pooling, mask": (dict(top=_pool([5, 9, 2]), mask=torch.ones(16, dtype=torch.bool)),
+                      P.SPARSE_GATHER),
+    "pooling, additive": (dict(top=_pool([5, 9, 2]), score=S.Additive(HEADS, DK)),
+                          P.SPARSE_GATHER),
+    "pooling, accelerator": (dict(top=_pool([5, 9, 2]), device="meta"), P.SPARSE_GATHER),
+    "pooling, dropout, below CSR_MIN_EDGES_FEW": (
+        dict(top=_pool([CSR_MIN_EDGES_FEW - 1]), dropout=0.1), P.SPARSE_GATHER),
+    "pooling, dropout, CSR_MIN_EDGES_FEW items": (
+        dict(top=_pool([CSR_MIN_EDGES_FEW // 2] * 2), dropout=0.1), P.SPARSE_CSR),
     "pooling, GATv2": (dict(top=_pool([5, 9, 2]), score=GATV2), P.FUSED_GATV2),
     "edges, GATv2": (dict(top=_random_edges(64, 64, BIG), score=GATV2), P.FUSED_GATV2),
     "edges, GATv2 (E, H, A) edge_attr": (dict(top=_random_edges(5, 5, 9), score=GATV2,
@@ -109,10 +118,10 @@ PLANNED = {  # case -> (plan() arguments, expected path)
     "edges, GATv2 with bias, big": (dict(top=_random_edges(64, 64, BIG), score=GATV2,
                                          bias=torch.zeros(BIG)), P.SPARSE_CSR),
     "edges, GAT, CPU": (dict(top=_random_edges(64, 64, BIG - 1), score=GAT), P.FUSED_GAT),
-    "edges, GAT, CPU, FUSED_GAT_MAX_EDGES": (
-        dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES), score=GAT), P.FUSED_GAT),
-    "edges, GAT, CPU, above FUSED_GAT_MAX_EDGES": (
-        dict(top=_random_edges(300, 300, FUSED_GAT_MAX_EDGES + 1), score=GAT), P.SPARSE_CSR),
+    "edges, GAT, CPU, FUSED_MAX_EDGES": (
+        dict(top=_random_edges(300, 300, FUSED_MAX_EDGES), score=GAT), P.FUSED_GAT),
+    "edges, GAT, CPU, above FUSED_MAX_EDGES": (
+        dict(top=_random_edges(300, 300, FUSED_MAX_EDGES + 1), score=GAT), P.SPARSE_CSR),
     "edges, GAT, CPU, dropout": (dict(top=_random_edges(64, 64, BIG), score=GAT, dropout=0.1),
                                  P.SPARSE_CSR),
     "edges, GAT, accelerator": (dict(top=_random_edges(64, 64, BIG), score=GAT,
@@ -128,18 +137,28 @@ PLANNED = {  # case -> (plan() arguments, expected path)
     "edges, GAT, negative slope": (dict(top=_random_edges(5, 5, 9),
                                         score=S.GAT(HEADS, DK, negative_slope=-0.1)),
                                    P.SPARSE_GATHER),
-    "edges, below CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG - 1)), P.SPARSE_GATHER),
-    "edges, CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG)), P.SPARSE_CSR),
-    "edges, CSR_MIN_EDGES but no more than keys": (dict(top=_random_edges(64, 2 * BIG, BIG)),
-                                                   P.SPARSE_GATHER),
-    "edges, more than Nq * Nk (repeated)": (dict(top=_random_edges(30, 30, BIG)),
-                                            P.SPARSE_GATHER),
+    "edges, scaled dot": (dict(top=_random_edges(64, 64, BIG)), P.FUSED_DOT),
+    "edges, bilinear": (dict(top=_random_edges(64, 64, BIG), score=S.Bilinear(HEADS, DK)),
+                        P.FUSED_DOT),
+    "edges, scaled dot, float16": (dict(top=_random_edges(64, 64, BIG), dtype=torch.float16),
+                                   P.SPARSE_CSR),
+    "edges, dropout, below CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG - 1),
+                                                 dropout=0.1), P.SPARSE_GATHER),
+    "edges, dropout, CSR_MIN_EDGES": (dict(top=_random_edges(64, 64, BIG), dropout=0.1),
+                                      P.SPARSE_CSR),
+    "edges, dropout, CSR_MIN_EDGES but no more than keys": (
+        dict(top=_random_edges(64, 2 * BIG, BIG), dropout=0.1), P.SPARSE_GATHER),
+    "edges, dropout, more than Nq * Nk (repeated)": (
+        dict(top=_random_edges(30, 30, BIG), dropout=0.1), P.SPARSE_GATHER),
     "edges, accelerator": (dict(top=_random_edges(64, 64, BIG), device="meta"),
                            P.SPARSE_GATHER),
     "edges, GATv2, accelerator": (dict(top=_random_edges(64, 64, BIG), score=GATV2,
                                        device="meta"), P.FUSED_GATV2),
-    "window, CPU, small": (dict(top=window([0, 9, 20], 2)), P.SPARSE_GATHER),
-    "window, CPU, CSR_MIN_EDGES": (dict(top=window([0, BIG], 1)), P.SPARSE_CSR),
+    "window, CPU, small": (dict(top=window([0, 9, 20], 2)), P.FUSED_DOT),
+    "window, CPU, dropout, small": (dict(top=window([0, 9, 20], 2), dropout=0.1),
+                                    P.SPARSE_GATHER),
+    "window, CPU, dropout, CSR_MIN_EDGES": (dict(top=window([0, BIG], 1), dropout=0.1),
+                                            P.SPARSE_CSR),
     "window, CPU, GATv2": (dict(top=window([0, 9, 20], 2), score=GATV2), P.FUSED_GATV2),
     "window, accelerator": (dict(top=window([0, BIG], 1), device="meta"), P.WINDOW_BLOCKS),
     "complete, accelerator": (dict(top=RAGGED, device="meta"), P.DENSE_SDPA),
@@ -154,9 +173,10 @@ def test_plan_picks_the_path(case):
 
 def test_plan_under_torch_compile(monkeypatch):
     """Compiled runs never take the CSR kernels: windows stay blocks, edge lists gather."""
-    assert _plan(window([0, BIG], 1)) is P.SPARSE_CSR
+    assert _plan(window([0, BIG], 1), dropout=0.1) is P.SPARSE_CSR
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert _plan(window([0, BIG], 1)) is P.WINDOW_BLOCKS
+    assert _plan(window([0, BIG], 1), dropout=0.1) is P.WINDOW_BLOCKS
     assert _plan(_random_edges(64, 64, BIG)) is P.SPARSE_GATHER
     with pytest.raises(ValueError, match="SPARSE_CSR"):
         q, k, v = _qkv(64, 64)
@@ -180,7 +200,8 @@ def test_capture_wants_weights():
 
 
 EDGE_GRAD_FN = {P.SPARSE_CSR: "EdgeSumBackward", P.SPARSE_GATHER: "IndexAddBackward0",
-                P.FUSED_GATV2: "GATv2EdgesBackward", P.FUSED_GAT: "GATEdgesBackward"}
+                P.FUSED_GATV2: "GATv2EdgesBackward", P.FUSED_GAT: "GATEdgesBackward",
+                P.FUSED_DOT: "DotEdgesBackward"}
 EVERY_EDGE_PATH = {P.SPARSE_CSR, P.SPARSE_GATHER}
 
 FORCED = {  # case -> (topology, score, extras, values are the keys, paths that apply)
@@ -190,6 +211,12 @@ FORCED = {  # case -> (topology, score, extras, values are the keys, paths that 
                                        {P.DENSE_BLOCKS} | EVERY_EDGE_PATH),
     "pooling, dot": ("pool", "dot", ("mask",), False,
                      {P.DENSE_SDPA, P.DENSE_BLOCKS} | EVERY_EDGE_PATH),
+    "pooling, scaled dot": ("pool", "scaled_dot", (), False,
+                            {P.DENSE_SDPA, P.DENSE_BLOCKS, P.FUSED_DOT} | EVERY_EDGE_PATH),
+    "edges, bilinear": ("edges", "bilinear", (), False, {P.FUSED_DOT} | EVERY_EDGE_PATH),
+    "edges, dot, values are keys": ("edges", "dot", (), True, {P.FUSED_DOT} | EVERY_EDGE_PATH),
+    "window, scaled dot": ("window", "scaled_dot", (), False,
+                           {P.WINDOW_BLOCKS, P.FUSED_DOT} | EVERY_EDGE_PATH),
     "pooling, GAT, hard": ("pool", "gat", ("hard",), False, {P.DENSE_BLOCKS} | EVERY_EDGE_PATH),
     "window, dot, bias": ("window", "scaled_dot", ("bias",), False,
                           {P.WINDOW_BLOCKS} | EVERY_EDGE_PATH),
@@ -273,7 +300,9 @@ def test_forced_paths_give_the_default_numbers(name, monkeypatch):
         out, grads, _ = _run(top, score, qkv, extra, path=path)
         assert (sdpa.calls > before) == (path is P.DENSE_SDPA)
         if path in EDGE_GRAD_FN:  # the node that made the output is the forced path's
-            reuse = path is P.SPARSE_CSR and values_are_keys  # a sub-choice: see plan.py
+            # a sub-choice (plan.py): the sum reuses key rows that the logits gathered
+            reuse = (path is P.SPARSE_CSR and values_are_keys
+                     and score_name not in ("dot", "scaled_dot", "bilinear"))
             assert out.grad_fn.name() == EDGE_GRAD_FN[P.SPARSE_GATHER if reuse else path]
         torch.testing.assert_close(out, want, **TOL)
         for got, exp in zip(grads, want_grads, strict=True):
