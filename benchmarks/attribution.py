@@ -48,7 +48,7 @@ from setattn.explain import METHODS
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
 
-from record import finish, make_record, table
+from helpers.record import finish, make_record, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "molecules"

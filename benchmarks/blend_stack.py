@@ -44,8 +44,8 @@ from setattn.molprop.ensemble import NETWORK_WEIGHT, task_weights
 from setattn.molprop.featurize import featurize
 from setattn.molprop.metrics import evaluate
 
-from molecule_jobs import SETS
-from record import finish, make_record, table
+from helpers.molecule_jobs import SETS
+from helpers.record import finish, make_record, table
 
 FIXED = NETWORK_WEIGHT
 TOLERANCE = 1e-5

@@ -55,8 +55,8 @@ from torch._dynamo.utils import counters  # noqa: E402
 
 from setattn.nn import GATConv, GATv2Conv, GlobalAttentionPool  # noqa: E402
 
-from engine_cases import molecule_batch  # noqa: E402
-from record import finish, interleaved_seconds, load_average, make_record, table  # noqa: E402
+from helpers.engine_cases import molecule_batch  # noqa: E402
+from helpers.record import finish, interleaved_seconds, load_average, make_record, table  # noqa: E402
 
 DIM, HEADS, BOND_DIM = 64, 4, 7
 FREESOLV = Path(__file__).resolve().parents[1] / "datasets" / "molecules" / "freesolv.csv"

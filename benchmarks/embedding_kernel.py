@@ -38,8 +38,8 @@ from setattn.molprop.predict import embed_smiles
 from setattn.molprop.pretrain import encoder_ensemble
 from setattn.molprop.stacking import stack_weight
 
-from molecule_jobs import load_set, split_labels
-from record import command_line, git_state
+from helpers.molecule_jobs import load_set, split_labels
+from helpers.record import command_line, git_state
 
 ROWS = tuple((name, kind) for name in ("freesolv", "esol", "huuskonen")
              for kind in ("random", "scaffold"))

@@ -7,7 +7,7 @@ Run:  .venv/bin/python benchmarks/engine.py --threads 1     (writes results/engi
 Every row is forward + backward, the median of ``--repeats`` rounds, all measured in
 this one run on this machine: setattn and its anchors in interleaved rounds (one pass of
 each per round) so that the drifting load of a shared machine hits all alike. Memory is
-the peak RSS growth of a pass in a fresh subprocess (benchmarks/record.py): "first pass"
+the peak RSS growth of a pass in a fresh subprocess (benchmarks/helpers/record.py): "first pass"
 is the first forward + backward of that process (for setattn it includes building the
 topology's bucket plan or CSR layouts, for PyG its own set-up), "after warm-up" the
 second. Ratios > 1 mean setattn is faster (time) or lighter (memory) than the anchor.
@@ -59,7 +59,7 @@ import torch
 
 from setattn.matmul import fast_float32_matmul, onednn_is_exact
 
-from engine_cases import (
+from helpers.engine_cases import (
     CASES,
     D64_DIM,
     D64_HEADS,
@@ -74,7 +74,7 @@ from engine_cases import (
     ragged_sizes,
     small_sizes,
 )
-from record import (
+from helpers.record import (
     finish,
     interleaved_seconds,
     load_average,

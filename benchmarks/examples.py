@@ -63,7 +63,7 @@ from documents_data import fixed_split, fold_indices, fold_split  # noqa: E402
 from setattn.datasets import load_trec  # noqa: E402
 from setattn.domains import Tokenizer, Vocabulary  # noqa: E402
 
-from record import ROOT, finish, make_record, table  # noqa: E402
+from helpers.record import ROOT, finish, make_record, table  # noqa: E402
 
 PAD = 4
 """Zero vectors on each side of a text (Kim: the widest filter minus one)."""

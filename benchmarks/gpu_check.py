@@ -46,9 +46,9 @@ from setattn.engine.plan import EnginePath
 from setattn.nn import GATConv, GATv2Conv
 from setattn.topology import complete, edges, ptr_from_sizes, window
 
-from engine_cases import molecule_batch
+from helpers.engine_cases import molecule_batch
+from helpers.record import ROOT, finish, interleaved_seconds, load_average, make_record, table
 from layers import cycling
-from record import ROOT, finish, interleaved_seconds, load_average, make_record, table
 
 CUDA_TESTS = ("tests/unit/test_nn_host_reads.py", "tests/unit/test_devices.py",
               "tests/integration/test_device.py")

@@ -50,8 +50,8 @@ import torch_geometric.nn as pyg_nn
 
 from setattn.nn import GATConv, GATv2Conv
 
-from engine_cases import molecule_batch
-from record import (
+from helpers.engine_cases import molecule_batch
+from helpers.record import (
     finish,
     interleaved_seconds,
     load_average,

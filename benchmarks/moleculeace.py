@@ -46,20 +46,20 @@ from pathlib import Path
 
 import numpy as np
 
-from chemprop_runs import (
+from helpers.chemprop_runs import (
     anchor_content,
     anchor_material,
     member_predictions,
     run_chemprop,
     stored_result,
 )
-from minimol_runs import HEADS as MINIMOL
-from minimol_runs import anchor_content as minimol_content
-from minimol_runs import anchor_material as minimol_material
-from minimol_runs import members_of as minimol_members
-from minimol_runs import run_minimol
-from molecule_jobs import library_digest, setattn_ensemble
-from record import (
+from helpers.minimol_runs import HEADS as MINIMOL
+from helpers.minimol_runs import anchor_content as minimol_content
+from helpers.minimol_runs import anchor_material as minimol_material
+from helpers.minimol_runs import members_of as minimol_members
+from helpers.minimol_runs import run_minimol
+from helpers.molecule_jobs import library_digest, setattn_ensemble
+from helpers.record import (
     STORE,
     file_digest,
     finish,

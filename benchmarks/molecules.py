@@ -52,9 +52,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from chemprop_runs import same_descriptors
-from minimol_runs import HEADS
-from molecule_jobs import (
+from helpers.chemprop_runs import same_descriptors
+from helpers.minimol_runs import HEADS
+from helpers.molecule_jobs import (
     SETS,
     SPLIT_KINDS,
     RunSettings,
@@ -70,7 +70,7 @@ from molecule_jobs import (
     tool_flags,
     write_csv,
 )
-from record import (
+from helpers.record import (
     STORE,
     better,
     finish,

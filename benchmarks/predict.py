@@ -75,8 +75,8 @@ from setattn.datasets import DATASETS_DIR
 from setattn.domains.fingerprints import count_fingerprint
 from setattn.domains.molecules import InvalidSmilesError, mol_to_data
 
-from chemprop_runs import ensure_chemprop
-from record import (
+from helpers.chemprop_runs import ensure_chemprop
+from helpers.record import (
     finish,
     interleaved_seconds,
     make_record,

@@ -11,7 +11,7 @@ backward (loss = sum of the output), for
   sparse    a random graph with 16 incoming edges per item: 16 N edges, CSR kernels.
 
 Time is the median of several passes after a warm-up pass; memory is the peak RSS growth
-of one pass in a fresh subprocess (see benchmarks/record.py). The plot puts both on log-log
+of one pass in a fresh subprocess (see benchmarks/helpers/record.py). The plot puts both on log-log
 axes with N and N^2 guide lines: complete attention's time grows as N^2 and the other two
 linearly; the memory of all three grows linearly, because the dense path never holds the
 (N, N) matrix (SDPA's CPU kernel works in tiles) and the sparse path keeps only the
@@ -30,7 +30,7 @@ import torch
 
 import setattn
 
-from record import (
+from helpers.record import (
     RESULTS,
     finish,
     load_average,

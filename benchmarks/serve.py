@@ -61,7 +61,7 @@ from pathlib import Path
 
 from setattn.datasets import DATASETS_DIR
 
-from record import finish, load_average, make_record, table, watch_tree
+from helpers.record import finish, load_average, make_record, table, watch_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [("freesolv.csv", "smiles"), ("delaney-processed.csv", "smiles")]

@@ -11,7 +11,7 @@ A record is ``benchmarks/results/NAME.json``, written by the benchmark script it
 Every cell is a display string. The directive renders the title as a section, the
 summary, the command as a code block, one line of provenance (commit, date, machine,
 threads), a note where the record is of an earlier library (the code its benchmark
-exercises changed since it ran, as ``benchmarks/record.py``'s ``currency`` computes from
+exercises changed since it ran, as ``benchmarks/helpers/record.py``'s ``currency`` computes from
 git) and every table. A missing record, or one without a required key, stops the
 build with an error naming the file, so a page cannot cite a record that does not exist.
 
@@ -85,8 +85,8 @@ def provenance(record: dict[str, Any], path_label: str) -> str:
 
 @functools.cache
 def _benchmark_record():
-    """``benchmarks/record.py`` of this checkout, loaded from its file."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "record.py"
+    """``benchmarks/helpers/record.py`` of this checkout, loaded from its file."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "helpers" / "record.py"
     spec = importlib.util.spec_from_file_location("_benchmark_record", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -95,7 +95,7 @@ def _benchmark_record():
 
 def currency(record: dict[str, Any]) -> str:
     """"current", "earlier" or "unknown": whether the library code the record's benchmark
-    exercises is still what it ran (computed from git by ``benchmarks/record.py``)."""
+    exercises is still what it ran (computed from git by ``benchmarks/helpers/record.py``)."""
     return _benchmark_record().currency(record)
 
 

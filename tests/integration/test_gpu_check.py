@@ -32,7 +32,7 @@ def test_make_gpu_check_on_the_cpu_writes_a_whole_record(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from record import problems
+        from helpers.record import problems
     finally:
         sys.path.pop(0)
     record = json.loads(out.read_text())

@@ -24,16 +24,15 @@ TINY = {"hidden": 16, "epochs": 4, "warmup": 1, "batch_size": 8}  # an MLP head 
 def mm(monkeypatch):
     """``minimol_runs``, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import minimol_runs
-
+    from helpers import minimol_runs
     return minimol_runs
 
 
 @pytest.fixture()
 def bench(mm, monkeypatch):
     """The benchmark's modules, MiniMol's fingerprints faked (calls counted)."""
-    import molecule_jobs
     import molecules
+    from helpers import molecule_jobs
 
     calls: list[list[str]] = []
     monkeypatch.setattr(mm, "compute_fingerprints", fake_fingerprints(calls))
@@ -271,7 +270,7 @@ def test_predictions_come_back_in_the_test_rows_order(bench, tmp_path, monkeypat
 
 
 def _key(jobs, job, tool, **settings):
-    from record import run_key
+    from helpers.record import run_key
 
     settings = jobs.RunSettings(**{"out": Path("o"), "report": "test", "threads": 1,
                                    **settings})
@@ -298,7 +297,7 @@ def test_the_key_changes_with_the_heads_settings(bench, monkeypatch):
 
 def test_stored_chemprop_anchors_keep_their_keys(bench):
     jobs, _, _, _ = bench
-    from record import STORE
+    from helpers.record import STORE
 
     table = jobs.load_set("freesolv")
     labels = jobs.split_labels("random", table.smiles, 696)
@@ -310,7 +309,7 @@ def test_stored_chemprop_anchors_keep_their_keys(bench):
 
 def test_a_minimol_anchor_is_stored_and_read_back(bench, tmp_path, monkeypatch):
     jobs, _, mm, calls = bench
-    from record import load_stored
+    from helpers.record import load_stored
 
     monkeypatch.setitem(mm.HEADS, "minimol_mlp", mm.MlpHead(**TINY))
     settings = jobs.RunSettings(tmp_path / "out", "test", 1, anchor_ensemble=2,

@@ -21,8 +21,8 @@ def bench(monkeypatch):
     """``moleculeace`` and ``minimol_runs``, MiniMol's fingerprints faked (calls counted),
     a small MLP head, setattn's runs faked."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import minimol_runs
     import moleculeace
+    from helpers import minimol_runs
 
     calls: list[list[str]] = []
     monkeypatch.setattr(minimol_runs, "compute_fingerprints", fake_fingerprints(calls))
@@ -42,7 +42,7 @@ def arguments(root: Path, report: str = "test", sets: tuple[str, ...] = (SET,),
 
 def stored_run(ace, root: Path, report: str, tool: str, name: str = SET) -> dict:
     """The stored run of ``tool`` on set ``name`` in the store ``root/store``."""
-    from record import load_stored, run_key
+    from helpers.record import load_stored, run_key
 
     rows, labels = ace.report_rows(ace.read_set(name), report)
     return load_stored("anchors", run_key(ace.materials(name, rows, labels, [])[tool]),
@@ -129,7 +129,7 @@ def test_the_cliff_rmse_is_over_the_scored_cliff_molecules(bench, tmp_path, repo
 
 def test_each_head_has_its_own_key_and_chemprops_are_unchanged(bench):
     ace, _, _ = bench
-    from record import run_key
+    from helpers.record import run_key
 
     keys = {}
     for report in ("test", "val"):

@@ -25,7 +25,7 @@ def store_run(*args, **kwargs):
 
     sys.path.insert(0, str(BENCH))
     try:
-        import record as stored_runs
+        from helpers import record as stored_runs
     finally:
         sys.path.remove(str(BENCH))
     return stored_runs.store_run(*args, **kwargs)
@@ -35,8 +35,8 @@ def store_run(*args, **kwargs):
 def bench(monkeypatch):
     """The benchmark's modules, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import molecule_jobs
     import molecules
+    from helpers import molecule_jobs
 
     return molecule_jobs, molecules
 
@@ -45,8 +45,7 @@ def bench(monkeypatch):
 def cp(monkeypatch):
     """The chemprop runner, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import chemprop_runs
-
+    from helpers import chemprop_runs
     return chemprop_runs
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/record.py: a record round-trips, a malformed one is refused, ``markdown``
+"""benchmarks/helpers/record.py: a record round-trips, a malformed one is refused, ``markdown``
 prints every row; a tiny engine and scaling run write valid records to a temporary folder."""
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ BENCH = ROOT / "benchmarks"
 
 @pytest.fixture()
 def record(monkeypatch):
-    """``benchmarks/record.py``, importable for this test only."""
+    """``benchmarks/helpers/record.py``, importable for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import record
-
+    from helpers import record
     return record
 
 

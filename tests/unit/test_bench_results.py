@@ -2,7 +2,7 @@
 results/ belongs to a script (``NAME.json``, or ``NAME_PART.json`` for a part a script
 writes on its own, such as a report split by cost), every record is well formed, at most
 3 files per script, at most 15 scripts (files that run as a program; the modules they
-share, such as ``record.py``, are not counted). A script is as long as its benchmark
+share, in ``helpers/``, are not counted). A script is as long as its benchmark
 needs: there is no line quota."""
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ def _owner(path: Path) -> str:
 @pytest.fixture()
 def record(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
-    import record
-
+    from helpers import record
     return record
 
 

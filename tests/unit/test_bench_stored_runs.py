@@ -17,9 +17,9 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 def bench(monkeypatch):
     """The benchmark's modules, importable from benchmarks/ for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import molecule_jobs
     import molecules
-    import record as stored_runs
+    from helpers import molecule_jobs
+    from helpers import record as stored_runs
 
     return molecule_jobs, molecules, stored_runs
 
@@ -235,7 +235,7 @@ def test_report_parts_name_their_sets_and_seeds(bench, tmp_path):
 
 def test_the_descriptor_check_compares_the_two_runs_predictions(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(BENCH))
-    import chemprop_runs as cp
+    from helpers import chemprop_runs as cp
 
     compile(cp.RDKIT_2D, "rdkit_2d", "exec")  # a syntax error fails here
     seen = []
@@ -260,7 +260,7 @@ def test_the_descriptor_check_compares_the_two_runs_predictions(tmp_path, monkey
 def test_report_b_reads_rdkit_features_made_once_under_its_own_key(bench, tmp_path,
                                                                     monkeypatch):
     jobs, molecules, stored = bench
-    import chemprop_runs as cp
+    from helpers import chemprop_runs as cp
 
     calls = []
     monkeypatch.setattr(jobs, "run_chemprop", _fake_chemprop(calls))

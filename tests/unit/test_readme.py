@@ -76,7 +76,7 @@ def test_readme_marks_each_record_current_or_earlier_as_git_says(monkeypatch):
                       capture_output=True).returncode != 0:
         pytest.skip("not a git checkout: the records' currency cannot be computed")
     monkeypatch.syspath_prepend(str(root / "benchmarks"))
-    import record
+    from helpers import record
     for part in _results_parts():
         head = part.split("\n|", 1)[0]
         names = re.findall(r"benchmarks/results/(\w+)\.json", head)

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from record import install_venv, timed
+from helpers.record import install_venv, timed
 
-CHEMPROP_VENV = Path(__file__).resolve().parent / ".venv-chemprop"
+CHEMPROP_VENV = Path(__file__).resolve().parents[1] / ".venv-chemprop"
 CHEMPROP_VERSION, TORCH_VERSION = "2.3.1", "2.13.0"
 VERSION = f"chemprop {CHEMPROP_VERSION}, torch {TORCH_VERSION}"
 """What ``ensure_chemprop`` installs: part of every anchor run's key."""

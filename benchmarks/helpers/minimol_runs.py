@@ -72,11 +72,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chemprop_runs import anchor_content as chemprop_content
-from chemprop_runs import anchor_material as chemprop_material
-from record import install_venv, timed
+from helpers.chemprop_runs import anchor_content as chemprop_content
+from helpers.chemprop_runs import anchor_material as chemprop_material
+from helpers.record import install_venv, timed
 
-MINIMOL_VENV = Path(__file__).resolve().parent / ".venv-minimol"
+MINIMOL_VENV = Path(__file__).resolve().parents[1] / ".venv-minimol"
 MINIMOL_VERSION, TORCH_VERSION = "0.1.1", "2.13.0"
 WIDTH = 512  # MiniMol's fingerprint width
 POOL = "fingerprints.npz"  # the fingerprints kept in <out>/minimol/

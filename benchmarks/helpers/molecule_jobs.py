@@ -47,7 +47,7 @@ from setattn.molprop.checkpoint import load_run
 from setattn.molprop.config import RunConfig
 from setattn.molprop.metrics import evaluate
 
-from chemprop_runs import (
+from helpers.chemprop_runs import (
     ANCHORS,
     anchor_content,
     anchor_flags,
@@ -56,11 +56,11 @@ from chemprop_runs import (
     run_chemprop,
     stored_result,
 )
-from minimol_runs import HEADS as MINIMOL
-from minimol_runs import anchor_material as minimol_material
-from minimol_runs import head_flags, run_minimol
-from minimol_runs import members_of as minimol_members
-from record import (
+from helpers.minimol_runs import HEADS as MINIMOL
+from helpers.minimol_runs import anchor_material as minimol_material
+from helpers.minimol_runs import head_flags, run_minimol
+from helpers.minimol_runs import members_of as minimol_members
+from helpers.record import (
     STORE,
     file_digest,
     load_stored,
@@ -71,7 +71,7 @@ from record import (
     tree_digest,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIZES = (0.8, 0.1, 0.1)
 SPLIT_KINDS = ("random", "scaffold")
 

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 KEYS = ("benchmark", "title", "command", "commit", "dirty", "date", "machine", "threads",
         "summary", "tables")
