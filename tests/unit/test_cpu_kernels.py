@@ -1,10 +1,12 @@
-"""The compiled CPU kernels of FUSED_GAT, FUSED_GATV2 and FUSED_DOT against the torch ops that the
-same autograd nodes run elsewhere (CUDA, torch.compile): outputs, weights and every
-gradient, in float64, on graphs with a target no edge enters, repeated edges, self loops
-and huge logits; GAT's per-node terms; and the counting sort that groups the edges by
-target."""
+"""The compiled CPU kernels of FUSED_GAT, FUSED_GATV2 and FUSED_DOT against the torch
+ops that the same autograd nodes run elsewhere (CUDA, torch.compile): outputs, weights
+and every gradient, in float64, on graphs with a target no edge enters, repeated edges,
+self loops and huge logits; GAT's per-node terms; the counting sort that groups the edges
+by target; and the default molecule network's attention, end to end."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +17,10 @@ from setattn.engine import cpu_kernels
 from setattn.engine.fused_dot import DotEdges
 from setattn.engine.fused_gat import GATEdges, HeadDots, node_terms, target_layout
 from setattn.engine.fused_gatv2 import GATv2Edges
+from setattn.molprop.batching import collate_molecules
+from setattn.molprop.config import NetworkConfig
+from setattn.molprop.featurize import featurize
+from setattn.molprop.network import MoleculeNetwork
 from setattn.topology import edges
 
 F64 = torch.float64
@@ -205,3 +211,40 @@ def test_dot_kernel_differentiates_twice():
 
     torch.testing.assert_close(second(target_layout(top)), second(None), rtol=1e-12,
                                atol=1e-12)
+
+
+def test_the_molecule_network_runs_its_attention_compiled(monkeypatch):
+    """On CPU tensors the default molecule network's GAT layer gets its node terms from
+    ``HeadDots`` and its readout runs ``DotEdges``; its outputs and every parameter's
+    gradient equal those of the torch ops the same nodes run elsewhere (float64)."""
+    torch.manual_seed(0)
+    net = MoleculeNetwork(NetworkConfig()).double()
+    batch = collate_molecules([featurize(s) for s in ("CCO", "c1ccccc1CCN", "CC(=O)Nc1ccccc1")])
+    batch.x, batch.edge_attr = batch.x.double(), batch.edge_attr.double()
+    spied = {node: [] for node in (HeadDots, DotEdges, GATEdges)}
+    for node, calls in spied.items():
+        monkeypatch.setattr(node, "apply", _recording(node.apply, calls))
+
+    def run():
+        net.zero_grad()
+        out = net(batch)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in net.parameters()]
+
+    compiled = run()
+    assert all(spied.values()), {n.__name__: len(c) for n, c in spied.items()}
+    assert all(call[-1] is not None for call in spied[DotEdges] + spied[GATEdges])  # layouts
+    for name in ("setattn.engine.fused_gat", "setattn.engine.fused_dot"):
+        monkeypatch.setattr(sys.modules[name], "cpu_kernels_serve", lambda x: False)
+    spied[HeadDots].clear()
+    torch_ops = run()
+    assert not spied[HeadDots]  # the score's own prepare steps
+    torch.testing.assert_close(compiled, torch_ops, rtol=1e-10, atol=1e-10)
+
+
+def _recording(apply, calls: list):
+    """``apply`` that also appends its arguments to ``calls``."""
+    def spy(*args):
+        calls.append(args)
+        return apply(*args)
+    return spy
