@@ -110,6 +110,8 @@ def _engine_cases(device: torch.device, dtype: torch.dtype, smoke: bool):
         ("edges, gathered", EnginePath.SPARSE_GATHER, edges(ei, n), gat, *qkv(), None),
         ("edges, CSR", EnginePath.SPARSE_CSR, edges(ei, n), None, *qkv(), None),
         ("edges, fused GATv2", EnginePath.FUSED_GATV2, edges(ei, n), gatv2, *qkv(), None),
+        ("edges, fused GAT", EnginePath.FUSED_GAT, edges(ei, n), gat, *qkv(), None),
+        ("edges, fused dot product", EnginePath.FUSED_DOT, edges(ei, n), None, *qkv(), None),
     ]
 
 
