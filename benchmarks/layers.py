@@ -20,12 +20,13 @@ Measurements:
   squares of the output, gradients for all parameters) after one warm-up pass, both
   layers in this process in interleaved rounds (one pass of each per round), so that
   the drifting load of a shared machine hits both alike;
-* first call and memory, each layer in its own fresh subprocess: the time of its first
-  pass, and the growth of the process's peak resident set size (VmHWM) during the first
-  forward+backward over the resident size just before it. The peak is reset with
-  ``/proc/self/clear_refs`` right before the pass, so allocations made while building
-  the graph do not hide it. This counts everything the pass touches (activations,
-  gradients, temporaries, allocator slack, setattn's sparse layouts), the CPU analogue
+* first call and memory, each layer in fresh subprocesses (``--first-calls`` of them per
+  layer, the layers alternating; the medians): the time of its first pass, and the growth
+  of the process's peak resident set size (VmHWM) during the first forward+backward over
+  the resident size just before it. The peak is reset with ``/proc/self/clear_refs``
+  right before the pass, so allocations made while building the graph do not hide it.
+  This counts everything the pass touches (activations, gradients, temporaries,
+  allocator slack, setattn's sparse layouts, its compiled kernels), the CPU analogue
   of CUDA's ``max_memory_allocated`` delta.
 
     python benchmarks/layers.py --threads 1 --repeats 40   # both sizes: results/layers.json
@@ -40,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -138,17 +140,24 @@ def max_difference(pair: dict[str, torch.nn.Module], batch: tuple, kind: str) ->
 
 
 def first_calls(args: argparse.Namespace, kind: str) -> dict[str, dict]:
-    """First-pass time and memory of both layers, one fresh subprocess each."""
+    """First-pass time and memory of both layers: the medians over ``args.first_calls``
+    fresh subprocesses per layer, the two layers alternating, so that a slow start of
+    the machine does not fall on one side only."""
     keep = ("nodes", "edges", "in_channels", "heads", "channels", "threads", "seed")
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k in keep]
     flags += ["--small"] if args.small else []
-    results = {}
-    for case in ("pyg", "setattn"):
-        cmd = [sys.executable, os.path.abspath(__file__), "--measure", f"--case={case}",
-               f"--kind={kind}", *flags]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        results[case] = json.loads(out.strip().splitlines()[-1])
-    return results
+    runs: dict[str, list[dict]] = {"pyg": [], "setattn": []}
+    for _ in range(args.first_calls):
+        for case in runs:
+            cmd = [sys.executable, os.path.abspath(__file__), "--measure", f"--case={case}",
+                   f"--kind={kind}", *flags]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            runs[case].append(json.loads(out.strip().splitlines()[-1]))
+    return {case: {"case": case,
+                   "first_seconds": statistics.median(r["first_seconds"] for r in found),
+                   "peak_mb": statistics.median(r["peak_mb"] for r in found),
+                   "first_calls": found}
+            for case, found in runs.items()}
 
 
 def compare(args: argparse.Namespace, kind: str) -> dict:
@@ -184,8 +193,10 @@ def size_table(kinds: dict[str, dict], small: bool, args: argparse.Namespace) ->
     diff = max(r["max_difference"] for r in kinds.values())
     notes = (f"{args.heads} heads x {args.channels}. fwd+bwd: median of {args.repeats} "
              "interleaved rounds after warm-up; first call and first-pass peak memory (RSS "
-             "growth, VmHWM reset) in a fresh process per layer, which includes building "
-             f"setattn's sparse layouts. Largest |setattn - PyG| of the outputs: {diff:.1e}.")
+             "growth, VmHWM reset): medians over "
+             f"{args.first_calls} fresh processes per layer, the layers alternating; they "
+             "include building setattn's sparse layouts and loading its compiled kernels. "
+             f"Largest |setattn - PyG| of the outputs: {diff:.1e}.")
     return table(title, ["layer", "fwd+bwd ms", "first call ms", "first-pass peak MB"], rows,
                  notes)
 
@@ -200,6 +211,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--channels", type=int, default=16, help="channels per head")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--first-calls", type=int, default=5,
+                   help="fresh processes per layer whose first pass is timed (the median)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--case", choices=["setattn", "pyg"], default="setattn",
