@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 import setattn
+from setattn.engine.plan import FUSED_MAX_EDGES
 
 from helpers.record import (
     RESULTS,
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
             f"doubling of N, complete attention's time grows {growth(rows, 'complete', 'ms'):.1f}x"
             f" (N^2), the window's {growth(rows, 'window', 'ms'):.1f}x and the sparse graph's "
             f"{growth(rows, 'sparse', 'ms'):.1f}x (N on each path; plan() changes the sparse "
-            f"graph's path at 65,536 edges); memory grows about "
+            f"graph's path at {FUSED_MAX_EDGES:,} edges); memory grows about "
             f"{growth(rows, 'complete', 'mb'):.1f}x for complete attention (no N x N matrix).")
     if load > 1.5:
         text += f" The machine was shared (load up to {load:.1f}): read the growth, not the times."
