@@ -13,7 +13,7 @@ part and scored on the validation part (no test row is read):
   parts' leave-one-out residuals over the training molecules (centre 1, unshrunk).
 
     .venv/bin/python benchmarks/embedding_kernel.py \\
-        --encoder benchmarks/runs/pretrain/moses_pieces20/encoder.pt --seeds 47 48 49
+        --encoder setattn/molprop/encoders/moses_pieces20.pt --seeds 47 48 49
 
 It prints one table and writes the per-split numbers to ``--out`` (JSON).
 """

@@ -315,8 +315,8 @@ class MoleculePredictor(EstimatorConventions):
                  seed: int | None = None, fold: int | None = None,
                  ensemble_size: int | None = None, strict: bool | None = None,
                  kernel_ridge: str | None = None, kernel_fingerprints: str | None = None,
-                 network_weight: str | None = None, pretrained: str | None = None,
-                 max_heavy_atoms: int | None = None,
+                 kernel_vectors: str | None = None, network_weight: str | None = None,
+                 pretrained: str | None = None, max_heavy_atoms: int | None = None,
                  encoding: str | None = None, epochs: int | None = None,
                  batch_size: int | None = None, lr: float | None = None,
                  weight_decay: float | None = None, patience: int | None = None,
@@ -335,6 +335,7 @@ class MoleculePredictor(EstimatorConventions):
             split_column, split_sizes, seed, fold)
         self.ensemble_size, self.strict, self.kernel_ridge = ensemble_size, strict, kernel_ridge
         self.kernel_fingerprints, self.network_weight = kernel_fingerprints, network_weight
+        self.kernel_vectors = kernel_vectors
         self.pretrained, self.freeze_epochs = pretrained, freeze_epochs
         self.max_heavy_atoms, self.encoding, self.epochs = max_heavy_atoms, encoding, epochs
         self.batch_size, self.lr, self.weight_decay = batch_size, lr, weight_decay

@@ -518,12 +518,18 @@ class RunConfig:
         kernel_fingerprints: "on" stacks a kernel ridge on Morgan count fingerprints
             with the descriptor kernel ridge (``setattn.molprop.kernels``);
             "off" keeps the descriptor one alone.
+        kernel_vectors: "none", "default" (the encoder shipped in the package,
+            ``setattn.molprop.shipped``) or the path of an ``encoder.pt`` of ``setattn
+            pretrain``: a kernel ridge on that frozen encoder's molecule vectors is
+            stacked with the descriptor and fingerprint ridges
+            (``setattn.molprop.kernels.VectorRidge``).
         network_weight: "stacked" fits the network's weight in the blend of a regression
             model per task on the validation part (``setattn.molprop.ensemble``);
             "fixed", and every classification model, keep 0.5.
-        pretrained: "none", or the path of an encoder of ``setattn pretrain``
-            (``encoder.pt``) each network starts from; its architecture settings replace
-            the model's (``setattn.molprop.pretrain.ARCHITECTURE``).
+        pretrained: "none", "default" (the shipped encoder), or the path of an encoder
+            of ``setattn pretrain`` (``encoder.pt``) each network starts from; its
+            architecture settings replace the model's
+            (``setattn.molprop.pretrain.ARCHITECTURE``).
         max_heavy_atoms: molecules with more heavy atoms are skipped (or refused with
             ``strict``), like invalid SMILES.
         encoding: the CSV's text encoding (None: UTF-8, or UTF-16 with its BOM).
@@ -562,12 +568,18 @@ class RunConfig:
                                       "fingerprints with the descriptor kernel ridge, "
                                       "weighted by their leave-one-out errors (off: the "
                                       "descriptor kernel ridge alone)", choices=["on", "off"])
+    kernel_vectors: str = option("none", "stack a kernel ridge on a pretrained encoder's "
+                                 "molecule vectors with the descriptor and fingerprint "
+                                 "kernel ridges, weighted by their leave-one-out errors: "
+                                 "default (the encoder shipped with setattn), the encoder.pt "
+                                 "of setattn pretrain, or none", metavar="ENCODER")
     network_weight: str = option("stacked", "the attention network's weight against the "
                                  "kernel ridge in regression: stacked (per task, fitted on "
                                  "the validation part and shrunk toward 0.5 by its standard "
                                  "error) or fixed (0.5, as classification always has)",
                                  choices=["stacked", "fixed"])
-    pretrained: str = option("none", "start every network from a pretrained encoder: the "
+    pretrained: str = option("none", "start every network from a pretrained encoder: "
+                             "default (the one shipped with setattn) or the "
                              "encoder.pt of setattn pretrain, whose architecture (--hidden, "
                              "--layers, --heads, --conv, --global-layers) it takes, or none",
                              metavar="ENCODER")

@@ -26,10 +26,15 @@ molecules, and stacks them:
   the counts written in unary, so the kernel of two sets is one sparse matrix product
   (``_unary``). Its ridge is chosen by leave-one-out on the rows the descriptor ridge
   searched.
-- ``KernelPart`` fits both and stacks them per task, ``w descriptor + (1 - w)
-  fingerprint``, with w the least-squares weight of their leave-one-out residuals
-  (``setattn.molprop.stacking.stack_weight``, unshrunk). ``KernelPart.fit`` does it all
-  from a list of training molecules.
+- ``VectorRidge``: a ``KernelRidge`` (the same grid and search) on the molecule vectors
+  of a frozen pretrained encoder (``MoleculeNetwork.encode``: 2 D numbers read from the
+  atom graph), which it holds and runs on each batch.
+- ``KernelPart`` fits the descriptor and fingerprint ridges and stacks them per task,
+  ``w descriptor + (1 - w) fingerprint``, with w the least-squares weight of their
+  leave-one-out residuals (``setattn.molprop.stacking.stack_weight``, unshrunk); with an
+  encoder it then stacks that pair with the vector ridge the same way,
+  ``v pair + (1 - v) vectors``, on the pair's and the vector ridge's leave-one-out
+  residuals. ``KernelPart.fit`` does it all from a list of training molecules.
 
 ``KernelRidge.posterior_std`` reads the fitted descriptor ridge as a Gaussian process:
 how far a molecule's descriptors lie from the training molecules',
@@ -56,10 +61,14 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 from setattn.domains.fingerprints import BITS, COUNT_CAP
+from setattn.molprop.batching import batches
+from setattn.molprop.config import NetworkConfig
+from setattn.molprop.network import MoleculeNetwork
 from setattn.molprop.stacking import stack_weight
 
 __all__ = ["FP_RIDGES", "GRID", "RIDGES", "SCORE_EPS", "FingerprintRidge", "KernelConfig",
-           "KernelPart", "KernelRidge", "dense_minmax_kernel", "loo_fits", "minmax_kernel"]
+           "KernelPart", "KernelRidge", "VectorRidge", "dense_minmax_kernel", "loo_fits",
+           "minmax_kernel"]
 
 SCORE_EPS = 1e-4
 """A classification kernel part's scores are clamped to [SCORE_EPS, 1 - SCORE_EPS]."""
@@ -493,6 +502,61 @@ class FingerprintRidge(nn.Module):
         return out + self.offset.double()
 
 
+VECTOR_BATCH = 256  # molecules per batch of the encoder's vectors
+
+
+class VectorRidge(nn.Module):
+    """A ``KernelRidge`` on the molecule vectors of a frozen encoder, for T tasks.
+
+    The encoder is a ``MoleculeNetwork`` whose ``encode`` gives (G, 2 D) vectors from the
+    atom graph; its head is never read. It is held here (its weights saved with the
+    part's ``state_dict``), kept in eval mode and never trained.
+
+    Args:
+        num_train: M, training molecules kept as kernel centres.
+        encoder: the encoder network (its weights loaded by the caller).
+        num_tasks: T.
+    """
+
+    def __init__(self, num_train: int, encoder: MoleculeNetwork, num_tasks: int):
+        super().__init__()
+        self.encoder = encoder.eval().requires_grad_(False)
+        self.ridge = KernelRidge(num_train, 2 * encoder.config.hidden, num_tasks)
+
+    def train(self, mode: bool = True) -> VectorRidge:
+        """The ridge follows ``mode``; the encoder stays in eval mode (no dropout)."""
+        super().train(mode)
+        self.encoder.eval()
+        return self
+
+    def vectors(self, batch) -> Tensor:
+        """(G, 2 D) the encoder's vectors of a batch (differentiable in its inputs)."""
+        return self.encoder.encode(batch)
+
+    @torch.no_grad()
+    def fit(self, train: Sequence[Data], y: Tensor, names: Sequence[str] | None = None,
+            **search: object) -> dict:
+        """Fit the ridge to the vectors of M training molecules (``KernelRidge.fit``,
+        with ``search``'s ``grid``, ``ridges`` or ``search_size``).
+
+        Args:
+            train: the M molecules (atom graphs, as the networks read them).
+            y: (M, T) targets, NaN where missing.
+            names: the target columns, for errors.
+
+        Returns:
+            ``KernelRidge.fit``'s choice.
+        """
+        device = self.ridge.centres.device
+        vectors = torch.cat([self.vectors(b.to(device))
+                             for b in batches(train, VECTOR_BATCH)])  # (M, 2 D)
+        return self.ridge.fit(vectors, y, names, **search)
+
+    def forward(self, batch) -> Tensor:
+        """(G, T) predictions for a batch, float32."""
+        return self.ridge(self.vectors(batch))
+
+
 @dataclass
 class KernelConfig:
     """Everything needed to rebuild a ``KernelPart`` (saved with it as JSON).
@@ -505,6 +569,9 @@ class KernelConfig:
             (outputs: scores fitted to the 0/1 labels).
         fingerprints: stack a fingerprint kernel ridge with the descriptor one;
             molecules then need ``fingerprint`` (G, BITS) counts.
+        vectors: the ``NetworkConfig`` (as a dict) of a pretrained encoder whose
+            molecule vectors a ``VectorRidge`` regresses on, stacked with the descriptor
+            and fingerprint ridges; None: no vector ridge.
     """
 
     size: int
@@ -512,31 +579,53 @@ class KernelConfig:
     num_tasks: int
     task: str = "regression"
     fingerprints: bool = False
+    vectors: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def encoder(self) -> MoleculeNetwork | None:
+        """A fresh encoder network of ``vectors``' architecture (None without one).
+
+        Raises:
+            ValueError: naming a setting of ``vectors`` that is unknown or out of range.
+        """
+        if self.vectors is None:
+            return None
+        config = NetworkConfig.from_dict(self.vectors, "kernel vectors' encoder config")
+        config.validate()
+        return MoleculeNetwork(config)
+
 
 class KernelPart(nn.Module):
     """The descriptor kernel ridge and, with ``config.fingerprints``, the fingerprint
-    one, stacked per task by the (T,) buffer ``mix`` (the descriptor ridge's weight).
+    one, stacked per task by the (T,) buffer ``mix`` (the descriptor ridge's weight);
+    with ``config.vectors``, that pair stacked with a ``VectorRidge`` by the (T,) buffer
+    ``vector_mix`` (the pair's weight).
 
     Args:
-        config: the sizes (``KernelConfig``); ``fit`` sets the weights.
+        config: the sizes (``KernelConfig``); ``fit`` sets the weights (and, with
+            vectors, the encoder's: ``fit`` is given the encoder, a checkpoint holds it).
     """
 
-    def __init__(self, config: KernelConfig):
+    def __init__(self, config: KernelConfig, encoder: MoleculeNetwork | None = None):
         super().__init__()
         self.config = c = config
         self.descriptor = KernelRidge(c.size, c.descriptor_dim, c.num_tasks)
         self.fingerprint = FingerprintRidge(c.size, c.num_tasks, BITS) if c.fingerprints else None
         if c.fingerprints:
             self.register_buffer("mix", torch.ones(c.num_tasks))  # (T,)
+        self.vectors = None
+        if c.vectors is not None:
+            encoder = encoder if encoder is not None else c.encoder()
+            self.vectors = VectorRidge(c.size, encoder, c.num_tasks)
+            self.register_buffer("vector_mix", torch.ones(c.num_tasks))  # (T,)
 
     @classmethod
     def fit(cls, train: Sequence[Data], y: Tensor, config: KernelConfig,
             names: Sequence[str] | None = None, progress: bool = False,
-            **search: object) -> tuple[KernelPart, dict]:
+            encoder: MoleculeNetwork | None = None, **search: object
+            ) -> tuple[KernelPart, dict]:
         """The kernel part fitted to M training molecules.
 
         Args:
@@ -547,32 +636,56 @@ class KernelPart(nn.Module):
             config: the part's sizes (``config.size`` must be M).
             names: the target columns, for errors.
             progress: a progress bar over the descriptor ridge's search on a terminal.
+            encoder: with ``config.vectors``, the pretrained encoder (its weights
+                loaded; of that architecture) whose vectors the vector ridge reads.
             search: ``grid`` and ``ridges`` for ``KernelRidge.fit`` (its defaults
                 without them).
 
         Returns:
             The fitted part and ``{"kernel", "gamma", "ridge", "loo_rmse",
             "seconds"}``, with fingerprints also ``"fingerprint"`` (its ``{"ridge",
-            "loo_rmse"}``) and ``"descriptor_weight"`` (T floats).
+            "loo_rmse"}``) and ``"descriptor_weight"`` (T floats), with vectors also
+            ``"vectors"`` (the vector ridge's choice, as ``KernelRidge.fit``'s) and
+            ``"vector_stack_weight"`` (T floats: the descriptor and fingerprint pair's
+            weight against the vector ridge).
 
         Raises:
-            ValueError: naming a target column without any training label, or when
-                the fingerprints are needed and missing.
+            ValueError: naming a target column without any training label, when the
+                fingerprints are needed and missing, or when ``config.vectors`` and
+                ``encoder`` disagree.
         """
         start = time.perf_counter()
-        part = cls(config)
+        if (config.vectors is None) != (encoder is None) or (
+                encoder is not None and encoder.config.to_dict() != config.vectors):
+            raise ValueError("KernelPart.fit: pass the encoder exactly when config.vectors "
+                             "names its architecture")
+        part = cls(config, encoder)
         info = part.descriptor.fit(torch.cat([d.descriptors for d in train]), y, names,
                                    progress=progress, **search)
+        residuals = part.descriptor.loo_residuals  # T x (L,): the stack so far
         if config.fingerprints:
             if any("fingerprint" not in d for d in train):
                 raise ValueError("the fingerprint kernel ridge needs Morgan count "
                                  "fingerprints (featurise the molecules with them)")
-            fp_info, residuals = part.fingerprint.fit(
+            fp_info, fp_residuals = part.fingerprint.fit(
                 torch.cat([d.fingerprint for d in train]), y, part.descriptor.searched)
             weights = [stack_weight(r_d, r_f, centre=1.0, shrink=False)
-                       for r_d, r_f in zip(part.descriptor.loo_residuals, residuals)]
+                       for r_d, r_f in zip(residuals, fp_residuals)]
             part.mix.copy_(torch.tensor(weights, device=part.mix.device))
+            residuals = [w * r_d + (1 - w) * r_f
+                         for w, r_d, r_f in zip(weights, residuals, fp_residuals)]
             info = {**info, "fingerprint": fp_info, "descriptor_weight": weights}
+        if part.vectors is not None:
+            vector_info = part.vectors.fit(train, y, names, **search)
+            for (rows, _), (vector_rows, _) in zip(part.descriptor.searched,
+                                                   part.vectors.ridge.searched):
+                if not torch.equal(rows, vector_rows):  # the same generator draws both
+                    raise RuntimeError("the vector ridge searched other molecules than "
+                                       "the descriptor ridge")
+            weights = [stack_weight(r, r_v, centre=1.0, shrink=False)
+                       for r, r_v in zip(residuals, part.vectors.ridge.loo_residuals)]
+            part.vector_mix.copy_(torch.tensor(weights, device=part.vector_mix.device))
+            info = {**info, "vectors": vector_info, "vector_stack_weight": weights}
         return part, {**info, "seconds": time.perf_counter() - start}
 
     def uses_fingerprints(self) -> bool:
@@ -580,25 +693,37 @@ class KernelPart(nn.Module):
         task gives it weight (a stack that chose the descriptors alone skips it)."""
         return self.fingerprint is not None and bool((self.mix < 1).any())
 
+    def uses_vectors(self) -> bool:
+        """Whether predictions read the encoder's vectors: the part has a vector ridge
+        and some task gives it weight."""
+        return self.vectors is not None and bool((self.vector_mix < 1).any())
+
     def forward(self, batch) -> Tensor:
         """Args:
             batch: a PyG ``Batch`` (or ``Data``) with ``descriptors`` (G, F) and, where
                 the part uses them, ``fingerprint`` (G, BITS) counts (uint8, or floats
                 for integrated gradients).
 
+            With a vector ridge, also the atom graph (``x``, ``edge_index``,
+            ``edge_attr``, ``batch``) its encoder reads.
+
         Returns:
             (G, T) standardised targets (regression) or scores fitted to the 0/1 labels
             (classification), in the dtype of ``descriptors``.
         """
         out = self.descriptor(batch.descriptors)  # (G, T)
-        if not self.uses_fingerprints():
-            return out
-        if "fingerprint" not in batch:
-            raise ValueError("this model stacks a fingerprint kernel ridge: its molecules "
-                             "need Morgan count fingerprints (featurise them with "
-                             "setattn.molprop.featurize, which adds them with descriptors)")
-        fingerprint = self.fingerprint(batch.fingerprint).to(out)  # (G, T)
-        return self.mix * out + (1 - self.mix) * fingerprint  # (G, T)
+        if self.uses_fingerprints():
+            if "fingerprint" not in batch:
+                raise ValueError("this model stacks a fingerprint kernel ridge: its "
+                                 "molecules need Morgan count fingerprints (featurise them "
+                                 "with setattn.molprop.featurize, which adds them with "
+                                 "descriptors)")
+            fingerprint = self.fingerprint(batch.fingerprint).to(out)  # (G, T)
+            out = self.mix * out + (1 - self.mix) * fingerprint  # (G, T)
+        if self.uses_vectors():
+            vectors = self.vectors(batch).to(out)  # (G, T)
+            out = self.vector_mix * out + (1 - self.vector_mix) * vectors  # (G, T)
+        return out
 
     def as_outputs(self, kernel_out: Tensor) -> Tensor:
         """(G, T) ``forward``'s outputs in the units of a network's forward pass: as they

@@ -75,9 +75,10 @@ from setattn.molprop.config import (
 from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.network import MoleculeNetwork
+from setattn.molprop.shipped import encoder_path
 
 __all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "encoder_ensemble",
-           "load_embedding_model", "load_encoder", "load_pretrained", "pretrain",
+           "encoder_network", "load_embedding_model", "load_encoder", "load_pretrained", "pretrain",
            "pretrain_targets", "pretrained_architecture", "read_config"]
 
 Log = Callable[[str], None]
@@ -372,13 +373,11 @@ def load_encoder(network: MoleculeNetwork, ckpt: dict, path: str | Path = "encod
         raise CheckpointError(f"{path}: the encoder's weights do not fit ({first})") from None
 
 
-def encoder_ensemble(path: str | Path, device: str | torch.device = "cpu") -> Ensemble:
-    """The encoder of an ``encoder.pt`` as an ensemble of one network on ``device``, in
-    eval mode, for its molecule vectors alone (``Ensemble.member_vectors``,
-    ``setattn.molprop.predict.embed_smiles``, ``setattn embed``): (M, 2 D) for M
-    molecules, D the encoder's ``hidden``, read from the atom graph (no descriptors).
-    Pretraining's head is not kept, so the network's own head is untrained: it predicts
-    nothing worth reading.
+def encoder_network(path: str | Path) -> MoleculeNetwork:
+    """The encoder of an ``encoder.pt`` as a network on the CPU, in eval mode: its
+    ``encode`` gives (M, 2 D) molecule vectors from the atom graph (D the encoder's
+    ``hidden``; no descriptors). Pretraining's head is not kept: the network's own head
+    is untrained and predicts nothing worth reading.
 
     Raises:
         FileNotFoundError, CheckpointError: as ``load_pretrained``.
@@ -388,14 +387,26 @@ def encoder_ensemble(path: str | Path, device: str | torch.device = "cpu") -> En
                                       **pretrained_architecture(ckpt)})
     network = MoleculeNetwork(config)
     load_encoder(network, ckpt, path)
-    return Ensemble([network.to(device).eval()])
+    return network.eval()
+
+
+def encoder_ensemble(path: str | Path, device: str | torch.device = "cpu") -> Ensemble:
+    """``encoder_network(path)`` as an ensemble of one network on ``device``, for its
+    molecule vectors alone (``Ensemble.member_vectors``,
+    ``setattn.molprop.predict.embed_smiles``, ``setattn embed``).
+
+    Raises:
+        FileNotFoundError, CheckpointError: as ``load_pretrained``.
+    """
+    return Ensemble([encoder_network(path).to(device)])
 
 
 def load_embedding_model(path: str | Path, device: str | torch.device = "cpu", *,
                          name: str = "--model") -> tuple[Ensemble, dict]:
     """What ``setattn embed`` reads vectors with: a run (``load_run``: its directory or
-    one ``best.pt``), or a pretrained encoder (its ``encoder.pt``, or the folder
-    ``setattn pretrain`` wrote it to), as ``encoder_ensemble``.
+    one ``best.pt``), or a pretrained encoder (its ``encoder.pt``, the folder
+    ``setattn pretrain`` wrote it to, or ``default``: the encoder shipped with setattn,
+    ``setattn.molprop.shipped``), as ``encoder_ensemble``.
 
     Returns:
         (ensemble, meta): meta is the run's (``load_run``), or ``{"kind": "pretrained",
@@ -405,7 +416,7 @@ def load_embedding_model(path: str | Path, device: str | torch.device = "cpu", *
     Raises:
         FileNotFoundError, CheckpointError: naming what is missing or not ours.
     """
-    path = Path(path)
+    path = encoder_path(path)
     encoder = path
     if path.is_dir() and not (path / "config.json").is_file():
         encoder = path / ENCODER_FILE

@@ -51,6 +51,7 @@ from setattn.molprop.batching import stacked_targets
 from setattn.molprop.checkpoint import (
     ENSEMBLE_FILE,
     LEGACY_KEYS,
+    CheckpointError,
     RunLock,
     check_not_destination,
     load_checkpoint,
@@ -71,7 +72,13 @@ from setattn.molprop.kernels import KernelConfig, KernelPart
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
 from setattn.molprop.metrics import evaluate
 from setattn.molprop.network import MoleculeNetwork, target_scaling
-from setattn.molprop.pretrain import load_encoder, load_pretrained, pretrained_architecture
+from setattn.molprop.pretrain import (
+    encoder_network,
+    load_encoder,
+    load_pretrained,
+    pretrained_architecture,
+)
+from setattn.molprop.shipped import encoder_path
 from setattn.viz import plot_training_curve
 
 __all__ = ["TYPICAL_ATOMS", "EpochLog", "MemoryEstimate", "available_memory", "check_memory",
@@ -482,19 +489,20 @@ def _network_config(run: RunConfig) -> NetworkConfig:
         {**run.model.to_dict(), "num_tasks": len(run.target_columns), "task": run.task})
 
 
-def _fit_kernel(run: RunConfig, parts: _Parts, size: int, fingerprints: bool, log: Log
-                ) -> tuple[KernelPart, dict]:
+def _fit_kernel(run: RunConfig, parts: _Parts, size: int, fingerprints: bool,
+                encoder: MoleculeNetwork | None, log: Log) -> tuple[KernelPart, dict]:
     """The kernel part fitted on the training part: to the standardised targets
-    (regression) or the 0/1 labels (classification)."""
+    (regression) or the 0/1 labels (classification); with ``encoder``, a vector ridge
+    on its molecule vectors stacked in."""
     log(f"kernel ridge: fitting on {size:,} training molecules (its time grows as M^3)")
     y = stacked_targets(parts.train)  # (M, T)
     if run.task == "regression":
         mean, std = target_scaling(y)
         y = (y - mean) / std  # (M, T)
     config = KernelConfig(size, run.model.descriptor_dim, len(run.target_columns), run.task,
-                          fingerprints)
+                          fingerprints, None if encoder is None else encoder.config.to_dict())
     kernel, info = KernelPart.fit(parts.train, y, config, run.target_columns,
-                                  progress=distributed.world().is_main)
+                                  progress=distributed.world().is_main, encoder=encoder)
     log(f"kernel ridge on {config.descriptor_dim} descriptors: {info['kernel']} kernel, "
         f"gamma {info['gamma']}, ridge {info['ridge']}, leave-one-out RMSE "
         f"{info['loo_rmse']:.4g} ("
@@ -505,6 +513,12 @@ def _fit_kernel(run: RunConfig, parts: _Parts, size: int, fingerprints: bool, lo
         log(f"fingerprint kernel ridge: ridge {info['fingerprint']['ridge']}, "
             f"leave-one-out RMSE {info['fingerprint']['loo_rmse']:.4g}; stacked "
             f"with the descriptor one at weight {weights} (descriptors)")
+    if "vectors" in info:
+        weights = ", ".join(f"{w:.2f}" for w in info["vector_stack_weight"])
+        log(f"encoder vector kernel ridge ({run.kernel_vectors}): {info['vectors']['kernel']} "
+            f"kernel, gamma {info['vectors']['gamma']}, ridge {info['vectors']['ridge']}, "
+            f"leave-one-out RMSE {info['vectors']['loo_rmse']:.4g}; stacked at weight "
+            f"{weights} (the other ridges)")
     return kernel, info
 
 
@@ -632,6 +646,7 @@ def run_training(
     run, encoder = _with_encoder(run)
     if encoder is not None:
         _check_memory(run)  # the encoder's size
+    vector_encoder = _vector_encoder(run)
     check_not_destination(out, {"--data": run.data}, run.ensemble_size)
     lock = _claim(out, main, resume)
     try:
@@ -641,8 +656,8 @@ def run_training(
         _check_memory(run, parts)  # with the largest batch of the actual molecules
         if main:
             _write_split(parts, run, out, resume, log)
-        metrics = _train(run, parts, out, encoder, resume=resume, callback=callback, log=log,
-                         checkpoint_seconds=checkpoint_seconds)
+        metrics = _train(run, parts, out, encoder, vector_encoder, resume=resume,
+                         callback=callback, log=log, checkpoint_seconds=checkpoint_seconds)
         metrics["wall_time_s"] = time.perf_counter() - start
         if main:
             write_json(metrics, out / "metrics.json")
@@ -684,22 +699,40 @@ def _with_encoder(run: RunConfig) -> tuple[RunConfig, dict | None]:
     """
     if run.pretrained == "none":
         return run, None
-    ckpt = load_pretrained(run.pretrained)
+    ckpt = load_pretrained(encoder_path(run.pretrained))
     model = NetworkConfig.from_dict({**run.model.to_dict(), **pretrained_architecture(ckpt)})
     return replace(run, model=model), ckpt
 
 
-def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None, *, resume: bool,
+def _vector_encoder(run: RunConfig) -> MoleculeNetwork | None:
+    """The frozen encoder whose vectors the kernel part regresses on (None: none).
+
+    Raises:
+        FileNotFoundError, CheckpointError: naming ``--kernel-vectors`` and the file.
+    """
+    if run.kernel_vectors == "none":
+        return None
+    try:
+        return encoder_network(encoder_path(run.kernel_vectors))
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"argument --kernel-vectors: {err}") from None
+    except CheckpointError as err:
+        raise CheckpointError(f"argument --kernel-vectors: {err}") from None
+
+
+def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None,
+           vector_encoder: MoleculeNetwork | None, *, resume: bool,
            callback: Callable[[list[dict]], None] | None, log: Log,
            checkpoint_seconds: float) -> dict:
-    """The kernel ridge and the ensemble on ``parts``, the curve; the metrics."""
+    """The kernel ridge (with ``vector_encoder``'s vector ridge when given) and the
+    ensemble on ``parts``, the curve; the metrics."""
     main = distributed.world().is_main
     log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
     size, fingerprints, fitted = _kernel_size(run, len(parts.train), log, out, resume)
     kernel = kernel_info = None
     if size:
-        kernel, kernel_info = _fit_kernel(run, parts, size, fingerprints, log)
+        kernel, kernel_info = _fit_kernel(run, parts, size, fingerprints, vector_encoder, log)
     # the kernel part first: a resumed run reads what it started with
     _save_ensemble(out, run.ensemble_size, kernel, fitted)
     if encoder is not None:
