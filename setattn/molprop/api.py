@@ -322,6 +322,7 @@ class MoleculePredictor(EstimatorConventions):
                  weight_decay: float | None = None, patience: int | None = None,
                  device: str | None = None, precision: str | None = None,
                  compile: bool | None = None, freeze_epochs: int | None = None,
+                 encoder_lr: float | None = None,
                  hidden: int | None = None,
                  layers: int | None = None, heads: int | None = None, conv: str | None = None,
                  dropout: float | None = None, global_layers: int | None = None,
@@ -337,6 +338,7 @@ class MoleculePredictor(EstimatorConventions):
         self.kernel_fingerprints, self.network_weight = kernel_fingerprints, network_weight
         self.kernel_vectors = kernel_vectors
         self.pretrained, self.freeze_epochs = pretrained, freeze_epochs
+        self.encoder_lr = encoder_lr
         self.max_heavy_atoms, self.encoding, self.epochs = max_heavy_atoms, encoding, epochs
         self.batch_size, self.lr, self.weight_decay = batch_size, lr, weight_decay
         self.patience, self.device, self.precision = patience, device, precision

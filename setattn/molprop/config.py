@@ -462,6 +462,8 @@ class TrainConfig:
             weights; validation and prediction stay eager).
         freeze_epochs: with a pretrained encoder, the first epochs in which it stays
             frozen and only the head trains.
+        encoder_lr: with a pretrained encoder, its learning rate as a fraction of
+            ``lr`` (the head keeps ``lr``; the OneCycle schedule scales both alike).
     """
 
     epochs: int = option(60, "maximum number of epochs", type=int,
@@ -482,6 +484,9 @@ class TrainConfig:
     freeze_epochs: int = option(0, "with --pretrained: the first N epochs train the head "
                                 "alone, the pretrained encoder frozen", type=int,
                                 bounds=Range(0, largest=RUN_BOUNDS["epochs"]))
+    encoder_lr: float = option(1.0, "with --pretrained: the encoder's learning rate as a "
+                               "fraction of --lr (the head keeps --lr)", type=float,
+                               bounds=Range(0, low_open=True, finite=True))
 
     def validate(self) -> None:
         """Raises ValueError naming a setting out of range (``SettingError``: its
@@ -628,6 +633,9 @@ class RunConfig:
                                "not descriptors none", colon=True)
         if self.train.freeze_epochs and self.pretrained == "none":
             raise SettingError("freeze_epochs", "needs a pretrained encoder (--pretrained)",
+                               colon=True)
+        if self.train.encoder_lr != 1.0 and self.pretrained == "none":
+            raise SettingError("encoder_lr", "needs a pretrained encoder (--pretrained)",
                                colon=True)
         check_encoding(self.encoding)
         self.train.validate()

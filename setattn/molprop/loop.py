@@ -215,6 +215,19 @@ class _LastCheckpoint:
             save_checkpoint(self.pending, self.path)
 
 
+def _parameter_groups(model: MoleculeNetwork, config: TrainConfig
+                      ) -> tuple[list[dict], list[float]]:
+    """The optimiser's parameter groups and their peak learning rates: one group at
+    ``config.lr``, or, with ``encoder_lr`` other than 1, the head at ``lr`` and the encoder at
+    ``lr * encoder_lr`` (the head first: its rate is the one logged)."""
+    if config.encoder_lr == 1.0:
+        return [{"params": list(model.parameters())}], [config.lr]
+    encoder = {id(p) for p in model.encoder_parameters()}
+    head = [p for p in model.parameters() if id(p) not in encoder]
+    return ([{"params": head}, {"params": model.encoder_parameters()}],
+            [config.lr, config.lr * config.encoder_lr])
+
+
 def _set_up(model: MoleculeNetwork, train_data: Sequence[Data], val_data: Sequence[Data],
             config: TrainConfig) -> _Training:
     """Batches, target and descriptor scaling, optimiser and schedule of a fresh model,
@@ -239,11 +252,12 @@ def _set_up(model: MoleculeNetwork, train_data: Sequence[Data], val_data: Sequen
                    if model.config.descriptor_dim else None)  # (M, F_desc)
     model.fit_scaling(train_y, descriptors)
     model.to(device)
+    groups, peaks = _parameter_groups(model, config)
     # fused: one kernel for all parameters instead of a loop of small ones per parameter
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
-                                  weight_decay=config.weight_decay, fused=True)
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay,
+                                  fused=True)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=config.lr, total_steps=config.epochs * len(loader))
+        optimizer, max_lr=peaks, total_steps=config.epochs * len(loader))
     return _Training(model, model, loader, sampler, generator, optimizer, scheduler,
                      train_y, stacked_targets(val_data), device, config.precision)
 

@@ -217,3 +217,29 @@ def test_freezing_needs_an_encoder():
     run = new_run({"data": str(FREESOLV), "target_columns": ["expt"], "freeze_epochs": 1})
     with pytest.raises(SettingError, match="freeze_epochs: needs a pretrained encoder"):
         run.validate()
+
+
+def test_a_slower_encoder_moves_less_and_the_head_keeps_the_rate(pretrained, tmp_path):
+    encoder = pretrained / pt.ENCODER_FILE
+    moved = {}
+    for scale in (1.0, 1e-3):
+        out = tmp_path / str(scale)
+        run = new_run({"data": str(FREESOLV), "target_columns": ["expt"], "epochs": 2,
+                       "ensemble_size": 1, "kernel_ridge": "off", "pretrained": str(encoder),
+                       "encoder_lr": scale})
+        run_training(run, out, log=lambda _: None)
+        best = load_checkpoint(out / "model_0" / "best.pt")["state_dict"]
+        start = pt.load_pretrained(encoder)["state_dict"]
+        moved[scale] = max(float((best[k] - v).abs().max()) for k, v in start.items()
+                           if v.is_floating_point())
+        last = load_checkpoint(out / "model_0" / "last.pt", "training")
+        groups = last["optimizer"]["param_groups"]
+        assert [g["max_lr"] for g in groups] == pytest.approx(
+            [1e-3] if scale == 1.0 else [1e-3, 1e-3 * scale])
+    assert moved[1e-3] < moved[1.0] / 20
+
+
+def test_a_slower_encoder_needs_an_encoder():
+    run = new_run({"data": str(FREESOLV), "target_columns": ["expt"], "encoder_lr": 0.1})
+    with pytest.raises(SettingError, match="encoder_lr: needs a pretrained encoder"):
+        run.validate()
