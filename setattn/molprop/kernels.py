@@ -702,10 +702,8 @@ class KernelPart(nn.Module):
         """Args:
             batch: a PyG ``Batch`` (or ``Data``) with ``descriptors`` (G, F) and, where
                 the part uses them, ``fingerprint`` (G, BITS) counts (uint8, or floats
-                for integrated gradients).
-
-            With a vector ridge, also the atom graph (``x``, ``edge_index``,
-            ``edge_attr``, ``batch``) its encoder reads.
+                for integrated gradients); with a vector ridge, also the atom graph
+                (``x``, ``edge_index``, ``edge_attr``, ``batch``) its encoder reads.
 
         Returns:
             (G, T) standardised targets (regression) or scores fitted to the 0/1 labels
