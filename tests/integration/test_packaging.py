@@ -159,6 +159,8 @@ print(DATASETS_DIR)
 print(len(freesolv.data), len(freesolv.failures), freesolv.target_columns)
 print(metadata("setattn")["License-Expression"],
       (Path(setattn.__file__).parent / "py.typed").is_file())
+from setattn.molprop.shipped import encoder_path
+print(encoder_path("default"))  # the shipped encoder, its SHA-256 checked
 """
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -169,4 +171,5 @@ print(metadata("setattn")["License-Expression"],
     assert lines[:2] == ["torch.Size([2, 4]) torch.Size([4, 4])", "True"]
     assert lines[2] == str(site / "setattn" / "__init__.py")  # the wheel, not this checkout
     assert lines[3] == str(site / "setattn" / "_datasets")  # the copy the wheel ships
-    assert lines[4:] == ["642 0 ['expt']", "MIT True"]
+    assert lines[4:6] == ["642 0 ['expt']", "MIT True"]
+    assert lines[6:] == [str(site / "setattn" / "molprop" / "encoders" / "moses_pieces20.pt")]
