@@ -333,10 +333,7 @@ def _kernel_config(saved: object, path: Path) -> KernelConfig | None:
         if config.descriptor_dim > MODEL_BOUNDS["descriptor_dim"]:
             raise ValueError(f"descriptor_dim {config.descriptor_dim} is over "
                              f"{MODEL_BOUNDS['descriptor_dim']}")
-        if config.vectors is not None:
-            if not isinstance(config.vectors, dict):
-                raise ValueError("vectors must name an encoder's settings")
-            NetworkConfig.from_dict(config.vectors, "the vector ridge's encoder").validate()
+        config.encoder_config()  # the vector ridge's encoder, checked before it is built
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: kernel config refused before building it ({err})"
                               ) from None

@@ -584,17 +584,29 @@ class KernelConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def encoder_config(self) -> NetworkConfig | None:
+        """``vectors`` as a checked ``NetworkConfig`` (None without a vector ridge).
+
+        Raises:
+            ValueError: ``vectors`` is not a dict, or names a setting that is unknown or
+                out of range (checked before any network is built).
+        """
+        if self.vectors is None:
+            return None
+        if not isinstance(self.vectors, dict):
+            raise ValueError("vectors must name an encoder's settings")
+        config = NetworkConfig.from_dict(self.vectors, "the vector ridge's encoder")
+        config.validate()
+        return config
+
     def encoder(self) -> MoleculeNetwork | None:
         """A fresh encoder network of ``vectors``' architecture (None without one).
 
         Raises:
-            ValueError: naming a setting of ``vectors`` that is unknown or out of range.
+            ValueError: as ``encoder_config``.
         """
-        if self.vectors is None:
-            return None
-        config = NetworkConfig.from_dict(self.vectors, "kernel vectors' encoder config")
-        config.validate()
-        return MoleculeNetwork(config)
+        config = self.encoder_config()
+        return None if config is None else MoleculeNetwork(config)
 
 
 class KernelPart(nn.Module):

@@ -218,14 +218,14 @@ class _LastCheckpoint:
 def _parameter_groups(model: MoleculeNetwork, config: TrainConfig
                       ) -> tuple[list[dict], list[float]]:
     """The optimiser's parameter groups and their peak learning rates: one group at
-    ``config.lr``, or, with ``encoder_lr`` other than 1, the head at ``lr`` and the encoder at
-    ``lr * encoder_lr`` (the head first: its rate is the one logged)."""
+    ``config.lr``, or, with ``encoder_lr`` other than 1, the head at ``lr`` and the
+    encoder at ``lr * encoder_lr`` (the head first: its rate is the one logged)."""
     if config.encoder_lr == 1.0:
         return [{"params": list(model.parameters())}], [config.lr]
-    encoder = {id(p) for p in model.encoder_parameters()}
-    head = [p for p in model.parameters() if id(p) not in encoder]
-    return ([{"params": head}, {"params": model.encoder_parameters()}],
-            [config.lr, config.lr * config.encoder_lr])
+    encoder = model.encoder_parameters()
+    held = {id(p) for p in encoder}
+    head = [p for p in model.parameters() if id(p) not in held]
+    return [{"params": head}, {"params": encoder}], [config.lr, config.lr * config.encoder_lr]
 
 
 def _set_up(model: MoleculeNetwork, train_data: Sequence[Data], val_data: Sequence[Data],

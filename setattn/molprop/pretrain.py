@@ -326,13 +326,14 @@ def pretrain_loss(out: Tensor, z: Tensor, bits: Tensor, keep: Tensor) -> Tensor:
 # -- checkpoints --------------------------------------------------------------------------
 
 def load_pretrained(path: str | Path) -> dict:
-    """An ``encoder.pt`` checkpoint (kind "pretrained"), read with ``weights_only=True``.
+    """An ``encoder.pt`` checkpoint (kind "pretrained"), read with ``weights_only=True``;
+    ``default`` reads the encoder shipped with setattn (``setattn.molprop.shipped``).
 
     Raises:
         FileNotFoundError: naming a missing file; ``CheckpointError``: naming a file that
         is not a setattn encoder checkpoint.
     """
-    path = Path(path)
+    path = encoder_path(path)
     ckpt = load_checkpoint(path, "pretrained")
     architecture = ckpt["config"]
     if not isinstance(architecture, dict) or set(architecture) != set(ARCHITECTURE):

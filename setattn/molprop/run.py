@@ -78,7 +78,6 @@ from setattn.molprop.pretrain import (
     load_pretrained,
     pretrained_architecture,
 )
-from setattn.molprop.shipped import encoder_path
 from setattn.viz import plot_training_curve
 
 __all__ = ["TYPICAL_ATOMS", "EpochLog", "MemoryEstimate", "available_memory", "check_memory",
@@ -699,7 +698,7 @@ def _with_encoder(run: RunConfig) -> tuple[RunConfig, dict | None]:
     """
     if run.pretrained == "none":
         return run, None
-    ckpt = load_pretrained(encoder_path(run.pretrained))
+    ckpt = load_pretrained(run.pretrained)
     model = NetworkConfig.from_dict({**run.model.to_dict(), **pretrained_architecture(ckpt)})
     return replace(run, model=model), ckpt
 
@@ -713,7 +712,7 @@ def _vector_encoder(run: RunConfig) -> MoleculeNetwork | None:
     if run.kernel_vectors == "none":
         return None
     try:
-        return encoder_network(encoder_path(run.kernel_vectors))
+        return encoder_network(run.kernel_vectors)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"argument --kernel-vectors: {err}") from None
     except CheckpointError as err:
