@@ -21,8 +21,13 @@ pytest.importorskip("uvicorn", reason="setattn serve needs the serve extra (uvic
 
 from serve_helpers import exchange, post_json, request, serving, tiny_run  # noqa: E402
 
-SLOW = "NCC(=O)" * 50  # 200 heavy atoms: occlusion takes well over 1.5 s
-"""A 100-atom chain: its occlusion re-featurises 100 variants (seconds)."""
+SLOW = "NCC(=O)" * 50
+"""A 200-atom chain: its occlusion re-featurises 200 variants (about 28 s on one idle
+core). The timing checks below leave 10 s where stopped or parallel work takes well
+under one, and work left running would take the whole 28 s: load cannot blur them."""
+
+QUICK = 10.0
+"""Seconds within which work that was stopped, or never waited, answers under any load."""
 
 SLOW_EXPLAIN = json.dumps({"smiles": [SLOW], "method": "occlusion"}).encode()
 
@@ -166,10 +171,10 @@ def test_a_spent_budget_stops_the_work_and_the_next_request_is_fast(run):
         status, _, text = request(url, "POST", "/explain", SLOW_EXPLAIN)
         took = time.perf_counter() - started
         assert status == 422 and "time budget of 1.5 s" in text, text
-        assert took < 3.5
+        assert took < QUICK  # stopped at its budget, not after the whole occlusion
         started = time.perf_counter()
         status, result = post_json(url, "/predict", {"smiles": ["CCO"]})
-        assert status == 200 and time.perf_counter() - started < 1.5
+        assert status == 200 and time.perf_counter() - started < QUICK
 
 
 def _abandon(url: str, body: bytes, after: float) -> None:
@@ -186,7 +191,7 @@ def test_a_client_that_leaves_has_its_work_stopped(run):
         _abandon(url, SLOW_EXPLAIN, 0.5)
         started = time.perf_counter()
         status, _ = post_json(url, "/predict", {"smiles": ["CCO"]})
-        assert status == 200 and time.perf_counter() - started < 2  # not after the explain
+        assert status == 200 and time.perf_counter() - started < QUICK  # not after it
 
 
 def test_a_full_queue_is_503_with_retry_after(run):
@@ -207,9 +212,11 @@ def test_a_full_queue_is_503_with_retry_after(run):
 
 
 def test_slow_explanations_leave_a_worker_to_predictions(run):
+    """Two explanations on two workers would hold both until their clients leave; the
+    predictions must all be answered while both clients still wait."""
     with serving(run, workers=2, budget_seconds=60) as (url, _):
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            slow = [pool.submit(_abandon, url, SLOW_EXPLAIN, 3) for _ in range(2)]
+            slow = [pool.submit(_abandon, url, SLOW_EXPLAIN, QUICK) for _ in range(2)]
             time.sleep(0.5)
             times = []
             for _ in range(5):
@@ -217,6 +224,7 @@ def test_slow_explanations_leave_a_worker_to_predictions(run):
                 status, _ = post_json(url, "/predict", {"smiles": ["CCO", "c1ccccc1"]})
                 times.append(time.perf_counter() - started)
                 assert status == 200
+            answered_while_explaining = not any(future.done() for future in slow)
             for future in slow:
                 future.result()
-    assert max(times) < 1.5, times
+    assert answered_while_explaining, times
