@@ -13,8 +13,10 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 @pytest.fixture()
 def bench(monkeypatch):
-    """benchmarks/blend_stack.py, importable from benchmarks/ for this test only."""
+    """benchmarks/decisions/blend_stack.py, importable (with the benchmarks' helpers) for
+    this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "decisions"))
     import blend_stack
 
     return blend_stack

@@ -23,8 +23,10 @@ SMILES = ["C" * n for n in range(1, 9)] + ["CO", "CCO", "CCCO", "CCCCO", "c1cccc
 
 @pytest.fixture()
 def bench(monkeypatch):
-    """benchmarks/embedding_kernel.py, importable from benchmarks/ for this test only."""
+    """benchmarks/decisions/embedding_kernel.py, importable (with the benchmarks' helpers)
+    for this test only."""
     monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "decisions"))
     import embedding_kernel
 
     return embedding_kernel

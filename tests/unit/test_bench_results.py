@@ -3,7 +3,8 @@ results/ belongs to a script (``NAME.json``, or ``NAME_PART.json`` for a part a 
 writes on its own, such as a report split by cost), every record is well formed, at most
 3 files per script, at most 15 scripts (files that run as a program; the modules they
 share, in ``helpers/``, are not counted). A script is as long as its benchmark
-needs: there is no line quota."""
+needs: there is no line quota. Experiments that decided a default live in ``decisions/``
+beside the decision log, with their records, and are not benchmarks."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ MAX_SCRIPTS = 15
 
 def _scripts() -> list[Path]:
     """The benchmark scripts; hidden folders (chemprop's virtual environment, made by the
-    molecule and prediction benchmarks) are not ours."""
+    molecule and prediction benchmarks) are not ours, and ``decisions/`` holds experiments."""
     return sorted(p for p in BENCH.rglob("*.py")
-                  if not any(part.startswith(".") for part in p.relative_to(BENCH).parts))
+                  if not any(part.startswith(".") or part == "decisions"
+                             for part in p.relative_to(BENCH).parts))
 
 
 def _owner(path: Path) -> str:
@@ -67,6 +69,16 @@ def test_every_record_is_well_formed(record):
         assert rec["benchmark"] in (path.stem, _owner(path)), path.name
         assert rec["tables"] and all(t["rows"] for t in rec["tables"]), path.name
         assert len(rec["commit"]) == 40 and rec["summary"].strip(), path.name
+
+
+def test_each_decision_record_is_well_formed_and_has_its_experiment(record):
+    decisions = BENCH / "decisions"
+    paths = sorted(decisions.glob("*.json"))
+    assert paths and (decisions / "DECISIONS.md").is_file()
+    for path in paths:
+        rec = json.loads(path.read_text())
+        assert record.problems(rec) == [], path.name
+        assert (decisions / f"{rec['benchmark']}.py").is_file(), path.name
 
 
 def test_the_molecule_record_says_what_a_rerun_reproduced():

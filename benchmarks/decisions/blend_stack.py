@@ -15,9 +15,13 @@ molecules. It trains nothing and reads no test molecule. The rule it serves is i
 ``docs/guide/defaults.rst`` ("The network's weight per task, stacked on the validation
 part").
 
-    python benchmarks/blend_stack.py --runs runs/dev_stack --out x.json   # least squares
-    python benchmarks/blend_stack.py --shrink --runs runs/dev_shrunk \
-        --moleculeace runs/ace_fp_a runs/ace_fp_b        # the record, results/blend_stack.json
+    PYTHONPATH=benchmarks python benchmarks/decisions/blend_stack.py \
+        --runs runs/dev_stack --out x.json                         # least squares
+    PYTHONPATH=benchmarks python benchmarks/decisions/blend_stack.py --shrink \
+        --runs runs/dev_shrunk --moleculeace runs/ace_fp_a runs/ace_fp_b  # the record
+
+The record is ``blend_stack.json`` beside this script, with the decision log it serves
+(``DECISIONS.md``); ``PYTHONPATH=benchmarks`` finds the benchmarks' ``helpers``.
 
 ``--runs`` takes ``benchmarks/molecules.py --report val`` output folders, ``--moleculeace``
 ``benchmarks/moleculeace.py --report val`` ones.
@@ -46,6 +50,9 @@ from setattn.molprop.metrics import evaluate
 
 from helpers.molecule_jobs import SETS
 from helpers.record import finish, make_record, table
+
+RECORD = Path(__file__).resolve().with_name("blend_stack.json")
+"""The decision record this script writes, beside the decision log."""
 
 FIXED = NETWORK_WEIGHT
 TOLERANCE = 1e-5
@@ -237,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="benchmarks/moleculeace.py --report val output folders")
     parser.add_argument("--shrink", action="store_true",
                         help="the weight shrunk toward 0.5 by its standard error")
-    parser.add_argument("--out", type=Path, help="the record (default results/blend_stack.json)")
+    parser.add_argument("--out", type=Path, default=RECORD,
+                        help="the record (default benchmarks/decisions/blend_stack.json)")
     args = parser.parse_args(argv)
     if not args.runs and not args.moleculeace:
         parser.error("give --runs, --moleculeace or both")

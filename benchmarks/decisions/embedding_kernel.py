@@ -1,7 +1,7 @@
 """A kernel ridge on a pretrained encoder's frozen molecule vectors, stacked with the kernel
 part, against the kernel part alone: validation RMSE on development splits.
 
-The decision it serves and its rule are in ``benchmarks/DECISIONS.md`` ("Pretrained
+The decision it serves and its rule are in ``benchmarks/decisions/DECISIONS.md`` ("Pretrained
 encoder as a kernel"). For every (set, split, seed) the parts are fitted on the training
 part and scored on the validation part (no test row is read):
 
@@ -12,7 +12,7 @@ part and scored on the validation part (no test row is read):
 * their stack ``w kernel part + (1 - w) vectors``, w from ``stack_weight`` on both
   parts' leave-one-out residuals over the training molecules (centre 1, unshrunk).
 
-    .venv/bin/python benchmarks/embedding_kernel.py \\
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/decisions/embedding_kernel.py \\
         --encoder setattn/molprop/encoders/moses_pieces20.pt --seeds 47 48 49
 
 It prints one table and writes the per-split numbers to ``--out`` (JSON).
