@@ -187,7 +187,7 @@ def test_sigterm_and_ctrl_c_stop_predict_on_a_5000_atom_chain(tmp_path, capsys, 
         process.communicate(timeout=15)
     finally:
         process.kill()
-    assert time.perf_counter() - sent < 5
+    assert time.perf_counter() - sent < 10  # the chain alone would take minutes
     assert process.returncode == status
     assert sha256(chain) == before and not (tmp_path / "p.csv").exists()
     time.sleep(0.5)  # the featurisation process ended with the command (or is a zombie)

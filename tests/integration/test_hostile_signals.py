@@ -55,7 +55,9 @@ def test_sigterm_inside_a_long_c_call_ends_the_command_after_the_grace():
     finally:
         process.kill()
     assert process.returncode == 128 + signal.SIGTERM
-    assert time.perf_counter() - sent < GRACE_SECONDS + 4
+    # without the watchdog the loop runs until communicate's 60 s; a loaded machine may
+    # take seconds more than the grace to end a process of this size
+    assert time.perf_counter() - sent < GRACE_SECONDS + 15
     assert f"still running {GRACE_SECONDS:g} s after SIGTERM" in err
 
 

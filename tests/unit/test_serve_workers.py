@@ -70,8 +70,9 @@ def test_spent_budget_kills_the_work_and_frees_the_worker_at_once():
         first, second, spent, next_wait, waiting = asyncio.run(main())
     finally:
         pool.close()
-    assert spent < 1.5 and not waiting  # stopped while working
-    assert next_wait < 1.0  # the next request did not wait for the abandoned sleep
+    # the sleep would take 60 s: 10 s leaves a loaded machine room and still tells
+    assert spent < 10 and not waiting  # stopped while working
+    assert next_wait < 10  # the next request did not wait for the abandoned sleep
     assert second != first  # a fresh worker replaced the killed one
     with pytest.raises(ProcessLookupError):
         os.kill(first, 0)
@@ -94,7 +95,7 @@ def test_a_client_that_leaves_has_its_work_stopped():
         took, _ = asyncio.run(main())
     finally:
         pool.close()
-    assert took < 1.5
+    assert took < 10  # not the sleep's 60 s
 
 
 def test_a_full_queue_refuses_and_a_wait_past_the_budget_is_said():
@@ -123,22 +124,21 @@ def test_a_lane_leaves_workers_to_the_others():
     pool = _pool(size=2, lanes={"explain": 1})
 
     async def main():
-        slow = [asyncio.ensure_future(pool.call("explain", "sleep", [1.5], 10))
+        slow = [asyncio.ensure_future(pool.call("explain", "sleep", [3], 10))
                 for _ in range(2)]
         await asyncio.sleep(0.2)
-        started = time.perf_counter()
         await pool.call("predict", "pid", [], 10)
-        fast = time.perf_counter() - started
+        answered_during = not any(task.done() for task in slow)
         started = time.perf_counter()
         await asyncio.gather(*slow)
-        return fast, time.perf_counter() - started
+        return answered_during, time.perf_counter() - started
 
     try:
-        fast, slow = asyncio.run(main())
+        answered_during, slow = asyncio.run(main())
     finally:
         pool.close()
-    assert fast < 0.5  # one worker stayed free of explanations
-    assert slow > 1.4  # the two explanations ran one after the other
+    assert answered_during  # one worker stayed free of explanations
+    assert slow > 4  # one after the other (about 5.8 s); side by side would be 2.8 s
 
 
 def test_a_killed_worker_is_reported_and_replaced():

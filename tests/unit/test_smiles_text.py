@@ -49,7 +49,7 @@ def test_a_smiles_too_long_for_the_limit_is_refused_unread_and_echoed_short():
     started = time.perf_counter()
     with pytest.raises(MoleculeSkippedError) as caught:
         parse_smiles(smiles, max_heavy_atoms=300)
-    assert time.perf_counter() - started < 0.5  # RDKit takes seconds to read it
+    assert time.perf_counter() - started < 1.5  # RDKit takes 3.5 s on an idle core
     assert "2,000,000 characters" in caught.value.reason and "not read" in caught.value.reason
     assert len(str(caught.value)) < 400
     check_smiles_text("C" * CHARS_PER_HEAVY_ATOM * 10, max_heavy_atoms=10)  # at the limit
