@@ -357,3 +357,15 @@ def test_summary_reads_the_cost_ratios_by_column(bench):
     quality = {"columns": ["data set", "best mean"], "rows": [["freesolv", "setattn"]]}
     text = molecules.summary(quality, cost)
     assert "1.25x to 1.37x chemprop's" in text and "4.07x to 7.20x setattn's" in text
+    assert "runs took" not in text  # no run given, no total
+
+
+def test_summary_sums_setattns_run_seconds_alone(bench):
+    _, molecules = bench
+    records = [{"tool": "setattn", "result": {"seconds": 600.0}},
+               {"tool": "setattn", "result": {"seconds": 300.0}},
+               {"tool": "chemprop", "result": {"seconds": 9000.0}}]
+    assert molecules.setattn_seconds(records) == (2, 900.0)
+    quality = {"columns": ["data set", "best mean"], "rows": [["freesolv", "setattn"]]}
+    text = molecules.summary(quality, molecules.cost_table({}), records)
+    assert "setattn's 2 runs took 15 min on one core in all" in text
