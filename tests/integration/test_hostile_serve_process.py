@@ -96,7 +96,8 @@ def test_ctrl_c_ends_serve_within_seconds_while_slow_work_runs(run, tmp_path):
                     pass
     finally:
         proc.kill()
-    assert took < 5, (took, err)
+    # the grace is 2 s and uvicorn's 4 s; the explanations left running would take 28 s
+    assert took < 15, (took, err)
     assert proc.returncode in (0, 130), err
     assert "Traceback" not in err
     assert all(_gone(pid) for pid in workers)
