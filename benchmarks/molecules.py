@@ -461,9 +461,10 @@ def setattn_seconds(records: list[dict]) -> tuple[int, float]:
     return len(ours), float(sum(ours))
 
 
-def summary(quality: dict, cost: dict, records: list[dict] | None = None) -> str:
-    """The record's summary: rows won, the in-turn cost ratios and what setattn's runs
-    took in all."""
+def summary(quality: dict, cost: dict, records: list[dict] | None = None,
+            round_runs: list[dict] | None = None) -> str:
+    """The record's summary: rows won, the in-turn cost ratios, what setattn's runs took
+    in all and what the cost rounds took."""
     rows, best = quality["rows"], quality["columns"].index("best mean")
     won = sum(r[best] == "setattn" for r in rows)
     text = (f"setattn's defaults against chemprop 2.3.1 (its defaults, and with RDKit 2D "
@@ -473,6 +474,10 @@ def summary(quality: dict, cost: dict, records: list[dict] | None = None) -> str
     if runs:
         text += (f" setattn's {runs} runs took {seconds / 60:.0f} min on one core in all "
                  f"(the anchors' runs are stored, not trained again).")
+    timed = [r["result"]["seconds"] for r in round_runs or [] if r["result"].get("seconds")]
+    if timed:
+        text += (f" The cost rounds' {len(timed)} runs (every tool's) took "
+                 f"{sum(timed) / 60:.0f} min.")
     if cost["rows"]:
         cols = cost["columns"]
         speed = [float(r[cols.index("throughput ratio")].rstrip("x")) for r in cost["rows"]]
@@ -494,7 +499,8 @@ def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) ->
     part = f", Report {args.report_part}" if args.report_part in REPORT_PARTS else ""
     single = ", one model each" if setattn_ensemble(shlex.split(args.setattn_flags)) == 1 else ""
     return make_record("molecules", f"Molecules{part}: setattn against chemprop 2.3.1{single}",
-                       summary(quality, cost, records), tables, args.threads, raw)
+                       summary(quality, cost, records, raw["rounds"]), tables, args.threads,
+                       raw)
 
 
 def record_path(args: argparse.Namespace) -> Path | None:

@@ -369,3 +369,7 @@ def test_summary_sums_setattns_run_seconds_alone(bench):
     quality = {"columns": ["data set", "best mean"], "rows": [["freesolv", "setattn"]]}
     text = molecules.summary(quality, molecules.cost_table({}), records)
     assert "setattn's 2 runs took 15 min on one core in all" in text
+    rounds = [{"tool": "chemprop", "result": {"seconds": 1200.0}},
+              {"tool": "setattn", "result": {"seconds": 60.0}}]
+    text = molecules.summary(quality, molecules.cost_table({}), records, rounds)
+    assert "The cost rounds' 2 runs (every tool's) took 21 min." in text
