@@ -8,7 +8,10 @@ Run:  .venv/bin/python benchmarks/examples.py                 (every example at 
 Each example of ``EXAMPLES`` runs as its own process with the command its docstring
 gives (``--out`` under ``--work``), one torch thread; the record keeps the line it ends
 with (``result: ...``, the held-out accuracy, chosen on validation data only), the
-published number it is set against, and its wall time.
+published number it is set against, its wall time and the commit that ran it. Each row
+is written to the record as its example finishes, in place of the row it reran; the
+others are kept, and while one of them was made with other library code than HEAD's the
+record names that row's commit, so that it reads as an earlier record.
 
 ``--cnn-rand`` runs the reference instead: Kim's CNN-rand under the protocol of
 ``examples/documents.py``, measured on the same folds, validation parts and words.
@@ -63,7 +66,15 @@ from documents_data import fixed_split, fold_indices, fold_split  # noqa: E402
 from setattn.datasets import load_trec  # noqa: E402
 from setattn.domains import Tokenizer, Vocabulary  # noqa: E402
 
-from helpers.record import ROOT, finish, make_record, table  # noqa: E402
+from helpers.record import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    finish,
+    library_trees,
+    make_record,
+    table,
+    write_record,
+)
 
 PAD = 4
 """Zero vectors on each side of a text (Kim: the widest filter minus one)."""
@@ -292,15 +303,58 @@ def run_example(name: str, work: Path, commit: str, quick: bool = False) -> list
 
 
 def examples_record(rows: list[list[str]], threads: int = 1, **extra) -> dict:
-    """The record of the examples' rows."""
+    """The record of the examples' rows. Where a row was made with library code other
+    than HEAD's, the record names that row's commit (and its code), so that it reads as
+    an earlier record until every row is rerun."""
     text = ("Held-out accuracy of every example at its defaults on real data (choices made "
             "on validation data only), beside the published number each is set against: "
             + "; ".join(f"{r[0]} {r[2].split(' (')[0]}" for r in rows) + ".")
     notes = ("result: the line the example ends with. seconds: wall time of the whole "
-             "command on a shared machine (an upper bound). commit: the code that ran.")
-    return make_record("examples", "Examples: accuracy on real data", text,
-                       [table("the examples at their defaults", COLUMNS, rows, notes)],
-                       threads, **extra)
+             "command on a shared machine (an upper bound). commit: the code that ran the "
+             "row; rows rerun with --only replace theirs as each finishes.")
+    record = make_record("examples", "Examples: accuracy on real data", text,
+                         [table("the examples at their defaults", COLUMNS, rows, notes)],
+                         threads, command=".venv/bin/python benchmarks/examples.py", **extra)
+    stale = stale_row(rows)
+    if stale is not None:
+        record["commit"], record["library"] = full_commit(stale), library_trees("examples", stale)
+    return record
+
+
+def full_commit(short: str) -> str:
+    """The 40-digit hash git gives for ``short`` (``short`` itself where git cannot)."""
+    done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{short}^{{commit}}"],
+                          cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or short
+
+
+def stale_row(rows: list[list[str]]) -> str | None:
+    """The commit of the first row made with library code other than HEAD's (or at a
+    commit git does not know); None when every row's code is HEAD's."""
+    now = library_trees("examples")
+    for row in rows:
+        then = library_trees("examples", row[-1])
+        if now is None or then is None or then["tree"] != now["tree"]:
+            return row[-1]
+    return None
+
+
+def merged(kept: list[list[str]], row: list[str]) -> list[list[str]]:
+    """``kept`` with ``row`` in place of its example's row, in ``EXAMPLES``' order."""
+    rows = {r[0]: r for r in kept}
+    rows[row[0]] = row
+    return [rows[name] for name in EXAMPLES if name in rows]
+
+
+def kept_rows(path: Path) -> list[list[str]]:
+    """The rows of the examples record at ``path`` (none if there is no such record)."""
+    if not path.exists():
+        return []
+    record = json.loads(path.read_text())
+    if record.get("benchmark") != "examples":
+        raise ValueError(f"{path}: not an examples record (benchmark "
+                         f"{record.get('benchmark')!r})")
+    return [list(r) for t in record["tables"] for r in t["rows"]]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -314,14 +368,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_examples")
     p.add_argument("--out", type=Path, help="the record (default results/examples.json)")
     args = p.parse_args(argv)
-    record = examples_record([])
-    rows = []
+    out = args.out or RESULTS / "examples.json"
+    # a smoke run (--quick) starts from nothing; a real one keeps the rows it does not rerun
+    rows = [] if args.quick else kept_rows(out)
+    commit = examples_record([])["commit"]
     for name in args.only:
-        rows.append(run_example(name, args.work, record["commit"], args.quick))
-        print(f"{name}: {rows[-1][2]}", file=sys.stderr, flush=True)
+        row = run_example(name, args.work, commit, args.quick)
+        rows = merged(rows, row)
+        print(f"{name}: {row[2]}", file=sys.stderr, flush=True)
+        write_record(examples_record(rows), out)  # each row lands as it finishes
     (args.work / "rows.json").write_text(json.dumps(rows, indent=1))
-    finish(examples_record(rows), args.out)
-
+    finish(examples_record(rows), out)
 
 if __name__ == "__main__":
     main()

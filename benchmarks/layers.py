@@ -232,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(measure(args)))
         return
     if args.profile:
+        args.small = args.small or args.only == "small"
         profile(args)
         return
     start = os.getloadavg()[0]
