@@ -271,9 +271,14 @@ COLUMNS = ["example", "command", "result", "published", "seconds", "commit"]
 
 
 def command_of(name: str, work: Path, quick: bool = False) -> list[str]:
-    """The command line of one example, its output under ``work``."""
+    """The command line of one example, its output under ``work`` (relative to the
+    repository, where it runs, when ``work`` is inside it: the example prints that path
+    into the result line the record keeps)."""
     script, options, _ = EXAMPLES[name]
-    extra = [] if name == "cnn_rand_trec" else ["--out", str(work / name),
+    out = Path(work).resolve() / name
+    if out.is_relative_to(ROOT):
+        out = out.relative_to(ROOT)
+    extra = [] if name == "cnn_rand_trec" else ["--out", str(out),
                                                 *(["--quick"] if quick else [])]
     return [sys.executable, str(ROOT / script), *options, *extra]
 

@@ -93,3 +93,12 @@ def test_another_benchmarks_record_is_not_taken_for_the_examples(bench, tmp_path
     other.write_text(json.dumps({"benchmark": "layers", "tables": []}))
     with pytest.raises(ValueError, match="layers.json: not an examples record"):
         bench.kept_rows(other)
+
+
+def test_an_example_writes_under_a_path_relative_to_the_repository(bench, tmp_path):
+    # the example prints its --out into the result line that the record keeps
+    inside = bench.command_of("sets", bench.ROOT / "runs" / "bench_examples")
+    assert inside[inside.index("--out") + 1] == "runs/bench_examples/sets"
+    outside = bench.command_of("sets", tmp_path)
+    assert outside[outside.index("--out") + 1] == str(tmp_path.resolve() / "sets")
+    assert "--out" not in bench.command_of("cnn_rand_trec", tmp_path)
