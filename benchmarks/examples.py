@@ -69,11 +69,12 @@ from setattn.domains import Tokenizer, Vocabulary  # noqa: E402
 from helpers.record import (  # noqa: E402
     RESULTS,
     ROOT,
+    currency,
     finish,
+    git_state,
     library_trees,
     make_record,
     table,
-    write_record,
 )
 
 PAD = 4
@@ -336,10 +337,8 @@ def full_commit(short: str) -> str:
 def stale_row(rows: list[list[str]]) -> str | None:
     """The commit of the first row made with library code other than HEAD's (or at a
     commit git does not know); None when every row's code is HEAD's."""
-    now = library_trees("examples")
     for row in rows:
-        then = library_trees("examples", row[-1])
-        if now is None or then is None or then["tree"] != now["tree"]:
+        if currency({"benchmark": "examples", "commit": row[-1]}) != "current":
             return row[-1]
     return None
 
@@ -376,14 +375,14 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or RESULTS / "examples.json"
     # a smoke run (--quick) starts from nothing; a real one keeps the rows it does not rerun
     rows = [] if args.quick else kept_rows(out)
-    commit = examples_record([])["commit"]
+    commit = git_state()[0]
     for name in args.only:
         row = run_example(name, args.work, commit, args.quick)
         rows = merged(rows, row)
         print(f"{name}: {row[2]}", file=sys.stderr, flush=True)
-        write_record(examples_record(rows), out)  # each row lands as it finishes
+        finish(examples_record(rows), out)  # each row lands as it finishes
     (args.work / "rows.json").write_text(json.dumps(rows, indent=1))
-    finish(examples_record(rows), out)
+
 
 if __name__ == "__main__":
     main()

@@ -60,8 +60,10 @@ def test_a_row_of_other_library_code_makes_the_record_earlier(bench):
 
 def test_each_row_lands_before_the_next_runs_and_a_failure_keeps_them(bench, monkeypatch,
                                                                      tmp_path):
+    from helpers.record import write_record
+
     out = tmp_path / "examples.json"
-    bench.write_record(bench.examples_record([row("mr", "kept", head())]), out)
+    write_record(bench.examples_record([row("mr", "kept", head())]), out)
     seen = []
 
     def run_example(name, work, commit, quick=False):
@@ -80,8 +82,10 @@ def test_each_row_lands_before_the_next_runs_and_a_failure_keeps_them(bench, mon
 
 
 def test_a_smoke_run_does_not_keep_the_real_rows(bench, monkeypatch, tmp_path):
+    from helpers.record import write_record
+
     out = tmp_path / "examples.json"
-    bench.write_record(bench.examples_record([row("mr", "kept", head())]), out)
+    write_record(bench.examples_record([row("mr", "kept", head())]), out)
     monkeypatch.setattr(bench, "run_example",
                         lambda name, work, commit, quick=False: row(name, "smoke", commit))
     bench.main(["--only", "sets", "--quick", "--out", str(out), "--work", str(tmp_path)])
