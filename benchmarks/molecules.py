@@ -3,6 +3,8 @@
 Run (the pre-registered report, benchmarks/PREREGISTRATION.md, in parts):
       .venv/bin/python benchmarks/molecules.py --report-part A --anchors-only   (the anchors)
       .venv/bin/python benchmarks/molecules.py --report-part A          (setattn's side)
+      .venv/bin/python benchmarks/molecules.py --report-part B --skip-chemprop --train-only
+          (setattn's side alone, no table: beside anchor jobs still running)
       .venv/bin/python benchmarks/molecules.py --report-part all --tables-only   (the record)
       .venv/bin/python benchmarks/molecules.py --report val --seeds 20 21 22 --out runs/dev
           (for choices: the validation part of other seeds; the test part reaches no tool)
@@ -128,6 +130,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "for in --anchors")
     p.add_argument("--anchors-only", action="store_true",
                    help="only train the anchors not stored yet; no table, no record")
+    p.add_argument("--train-only", action="store_true",
+                   help="train the runs not stored yet (and --rounds), then stop: no table, "
+                   "no record, no metric printed (setattn alone: with --skip-chemprop)")
     p.add_argument("--rounds", type=int, default=0,
                    help="cost rounds of the three tools in turn on the first seed's split")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_molecules",
@@ -162,8 +167,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       for name in args.datasets}
     if args.skip_chemprop:
         args.anchors = [a for a in args.anchors if a in MINIMOL_ANCHORS]
-    if args.anchors_only and args.tables_only:
-        p.error("--anchors-only trains, --tables-only does not: give one")
+    if (args.anchors_only or args.train_only) and args.tables_only:
+        p.error("--anchors-only and --train-only train, --tables-only does not: give one")
     return args
 
 
@@ -536,6 +541,8 @@ def main(argv: list[str] | None = None) -> None:
             for kind in args.splits:
                 if args.rounds > 0:
                     run_rounds(name, kind, args.set_seeds[name][0], args)
+        if args.train_only:
+            return  # the results stay unread until the tables
     records = wanted(args, settings)
     flags = "; ".join(f"{NAMES[t]}: {tool_flags(t, settings) or 'none'}"
                       for t in ("setattn", *args.anchors))

@@ -198,9 +198,15 @@ def test_tables_come_from_the_stored_runs_only(bench, tmp_path, monkeypatch, cap
     assert "1 stored run(s) missing" in str(missing.value) and "setattn on freesolv" in str(
         missing.value)
 
-    molecules.main(base)  # setattn only: the anchors are stored
+    molecules.main([*base, "--skip-chemprop", "--train-only"])  # setattn, no table
+    out, err = capsys.readouterr()
+    assert "1 run(s) trained, 0 already stored" in err
+    assert "rmse" not in (out + err).lower() and "0.750" not in out + err
+    assert not (tmp_path / "out" / "molecules.json").exists()
+    monkeypatch.setattr(jobs, "_run_setattn", lambda *a, **k: pytest.fail("trained"))
+    molecules.main(base)  # the tables: every run is stored
     err = capsys.readouterr().err
-    assert "1 run(s) trained, 2 already stored" in err
+    assert "0 run(s) trained, 3 already stored" in err
     assert len(list((tmp_path / "store" / "molecules").glob("*.json"))) == 1
     monkeypatch.setattr(jobs, "run_chemprop", lambda *a, **k: pytest.fail("trained"))
     monkeypatch.setattr(jobs, "_run_setattn", lambda *a, **k: pytest.fail("trained"))
@@ -229,8 +235,9 @@ def test_report_parts_name_their_sets_and_seeds(bench, tmp_path):
     part = molecules.parse_args(["--report-part", "A", "--seeds", "696", "--out",
                                  str(tmp_path)])
     assert molecules.record_path(part) == tmp_path / "molecules.json"
-    with pytest.raises(SystemExit):
-        molecules.parse_args(["--anchors-only", "--tables-only"])
+    for trains in ("--anchors-only", "--train-only"):
+        with pytest.raises(SystemExit):
+            molecules.parse_args([trains, "--tables-only"])
 
 
 def test_the_descriptor_check_compares_the_two_runs_predictions(tmp_path, monkeypatch, capsys):
