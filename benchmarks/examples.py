@@ -308,13 +308,26 @@ def run_example(name: str, work: Path, commit: str, quick: bool = False) -> list
     return [name, shown, result_line(done.stdout), published, f"{seconds:.0f}", commit[:7]]
 
 
+def headline(result: str) -> str:
+    """An example's result line without its closing parenthesis of particulars (seconds,
+    folders), which may hold parentheses itself; parentheses inside the result stay."""
+    if not result.endswith(")"):
+        return result
+    depth = 0
+    for i in range(len(result) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(result[i], 0)
+        if depth == 0:
+            return result[:i].rstrip()
+    return result
+
+
 def examples_record(rows: list[list[str]], threads: int = 1, **extra) -> dict:
     """The record of the examples' rows. Where a row was made with library code other
     than HEAD's, the record names that row's commit (and its code), so that it reads as
     an earlier record until every row is rerun."""
     text = ("Held-out accuracy of every example at its defaults on real data (choices made "
             "on validation data only), beside the published number each is set against: "
-            + "; ".join(f"{r[0]} {r[2].split(' (')[0]}" for r in rows) + ".")
+            + "; ".join(f"{r[0]} {headline(r[2])}" for r in rows) + ".")
     notes = ("result: the line the example ends with. seconds: wall time of the whole "
              "command on a shared machine (an upper bound). commit: the code that ran the "
              "row; rows rerun with --only replace theirs as each finishes.")
@@ -371,8 +384,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="each example's smoke test")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_examples")
     p.add_argument("--out", type=Path, help="the record (default results/examples.json)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="run nothing: write the record again from its own rows (after a "
+                   "change to how the record is made from them)")
     args = p.parse_args(argv)
     out = args.out or RESULTS / "examples.json"
+    if args.rebuild:
+        finish(examples_record(kept_rows(out)), out)
+        return
     # a smoke run (--quick) starts from nothing; a real one keeps the rows it does not rerun
     rows = [] if args.quick else kept_rows(out)
     commit = git_state()[0]

@@ -106,3 +106,21 @@ def test_an_example_writes_under_a_path_relative_to_the_repository(bench, tmp_pa
     outside = bench.command_of("sets", tmp_path)
     assert outside[outside.index("--out") + 1] == str(tmp_path.resolve() / "sets")
     assert "--out" not in bench.command_of("cnn_rand_trec", tmp_path)
+
+
+def test_the_summary_keeps_each_result_and_drops_its_particulars(bench, tmp_path):
+    mr = ("MR (rt-polarity) test accuracy 80.14 %; baseline 77.88 % (10-fold "
+          "cross-validation; 762 s; metrics in runs/mr)")
+    dates = "exact match 1.0000 (epoch 8/8 chosen on validation (1.0000); 297 s)"
+    assert bench.headline(mr) == "MR (rt-polarity) test accuracy 80.14 %; baseline 77.88 %"
+    assert bench.headline(dates) == "exact match 1.0000"
+    assert bench.headline("CNN-rand TREC 89.76 %") == "CNN-rand TREC 89.76 %"
+    from helpers.record import write_record
+
+    out = tmp_path / "examples.json"
+    write_record(bench.examples_record([row("mr", mr, head())]), out)
+    before = json.loads(out.read_text())
+    bench.main(["--rebuild", "--out", str(out)])  # runs nothing
+    after = json.loads(out.read_text())
+    assert after["tables"] == before["tables"]
+    assert "mr MR (rt-polarity) test accuracy 80.14 %; baseline 77.88 %." in after["summary"]
