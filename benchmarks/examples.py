@@ -316,8 +316,8 @@ def headline(result: str) -> str:
     depth = 0
     for i in range(len(result) - 1, -1, -1):
         depth += {")": 1, "(": -1}.get(result[i], 0)
-        if depth == 0:
-            return result[:i].rstrip()
+        if depth == 0:  # a parenthesis of particulars follows a space: "seed(s)" stays
+            return result[:i].rstrip() if result[i - 1:i] == " " else result
     return result
 
 
@@ -338,6 +338,17 @@ def examples_record(rows: list[list[str]], threads: int = 1, **extra) -> dict:
     if stale is not None:
         record["commit"], record["library"] = full_commit(stale), library_trees("examples", stale)
     return record
+
+
+def rebuilt(record: dict) -> dict:
+    """``record`` made again from its own rows by today's code, its provenance (commit,
+    date, machine, load, library) kept: the rows are the same runs."""
+    rows = [list(r) for t in record["tables"] for r in t["rows"]]
+    new = examples_record(rows)
+    for key in ("commit", "dirty", "date", "machine", "threads", "library"):
+        if key in record:
+            new[key] = record[key]
+    return new
 
 
 def full_commit(short: str) -> str:
@@ -390,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     out = args.out or RESULTS / "examples.json"
     if args.rebuild:
-        finish(examples_record(kept_rows(out)), out)
+        finish(rebuilt(json.loads(out.read_text())), out)
         return
     # a smoke run (--quick) starts from nothing; a real one keeps the rows it does not rerun
     rows = [] if args.quick else kept_rows(out)

@@ -115,12 +115,16 @@ def test_the_summary_keeps_each_result_and_drops_its_particulars(bench, tmp_path
     assert bench.headline(mr) == "MR (rt-polarity) test accuracy 80.14 %; baseline 77.88 %"
     assert bench.headline(dates) == "exact match 1.0000"
     assert bench.headline("CNN-rand TREC 89.76 %") == "CNN-rand TREC 89.76 %"
+    assert bench.headline("89.76 % over 5 seed(s)") == "89.76 % over 5 seed(s)"
     from helpers.record import write_record
 
     out = tmp_path / "examples.json"
-    write_record(bench.examples_record([row("mr", mr, head())]), out)
+    made = bench.examples_record([row("mr", mr, head())])
+    made["date"], made["machine"]["load"] = "2026-01-02T03:04:05Z", 0.5  # when the rows ran
+    write_record(made, out)
     before = json.loads(out.read_text())
     bench.main(["--rebuild", "--out", str(out)])  # runs nothing
     after = json.loads(out.read_text())
     assert after["tables"] == before["tables"]
+    assert all(after[k] == before[k] for k in ("commit", "date", "machine", "library"))
     assert "mr MR (rt-polarity) test accuracy 80.14 %; baseline 77.88 %." in after["summary"]
