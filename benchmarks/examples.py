@@ -4,6 +4,7 @@ Run:  .venv/bin/python benchmarks/examples.py                 (every example at 
           defaults, hours; writes results/examples.json)
       .venv/bin/python benchmarks/examples.py --only sets seq2seq --out x.json
       .venv/bin/python benchmarks/examples.py --cnn-rand --test --seeds 0 1 2 3 4
+      .venv/bin/python benchmarks/examples.py --rebuild   (the record from its own rows)
 
 Each example of ``EXAMPLES`` runs as its own process with the command its docstring
 gives (``--out`` under ``--work``), one torch thread; the record keeps the line it ends
