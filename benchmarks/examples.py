@@ -344,8 +344,7 @@ def examples_record(rows: list[list[str]], threads: int = 1, **extra) -> dict:
 def rebuilt(record: dict) -> dict:
     """``record`` made again from its own rows by today's code, its provenance (commit,
     date, machine, load, library) kept: the rows are the same runs."""
-    rows = [list(r) for t in record["tables"] for r in t["rows"]]
-    new = examples_record(rows)
+    new = examples_record(rows_of(record))
     for key in ("commit", "dirty", "date", "machine", "threads", "library"):
         if key in record:
             new[key] = record[key]
@@ -375,15 +374,30 @@ def merged(kept: list[list[str]], row: list[str]) -> list[list[str]]:
     return [rows[name] for name in EXAMPLES if name in rows]
 
 
-def kept_rows(path: Path) -> list[list[str]]:
-    """The rows of the examples record at ``path`` (none if there is no such record)."""
+def read_record(path: Path) -> dict | None:
+    """The examples record at ``path`` (None if there is none).
+
+    Raises:
+        ValueError: the file is another benchmark's record.
+    """
     if not path.exists():
-        return []
+        return None
     record = json.loads(path.read_text())
     if record.get("benchmark") != "examples":
         raise ValueError(f"{path}: not an examples record (benchmark "
                          f"{record.get('benchmark')!r})")
+    return record
+
+
+def rows_of(record: dict) -> list[list[str]]:
+    """The table rows of an examples record."""
     return [list(r) for t in record["tables"] for r in t["rows"]]
+
+
+def kept_rows(path: Path) -> list[list[str]]:
+    """The rows of the examples record at ``path`` (none if there is no such record)."""
+    record = read_record(path)
+    return [] if record is None else rows_of(record)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -402,7 +416,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     out = args.out or RESULTS / "examples.json"
     if args.rebuild:
-        finish(rebuilt(json.loads(out.read_text())), out)
+        record = read_record(out)
+        if record is None:
+            p.error(f"--rebuild: no examples record at {out}")
+        finish(rebuilt(record), out)
         return
     # a smoke run (--quick) starts from nothing; a real one keeps the rows it does not rerun
     rows = [] if args.quick else kept_rows(out)
