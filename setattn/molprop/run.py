@@ -435,8 +435,9 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
             raise ValueError(f"{source}: column {run.split_column!r} names no {name} row "
                              f"among the {len(data)} valid molecules")
         if run.split != "column":
-            raise SettingError("split_sizes", f"the {name} part of {len(data)} molecules "
-                               f"is empty; use more data or other fractions", colon=True)
+            valid = f"{len(data)} valid molecule{'' if len(data) == 1 else 's'}"
+            raise SettingError("split_sizes", f"the {name} part is empty with {valid}; "
+                               f"use more data or other fractions", colon=True)
     if torch.isnan(stacked_targets(parts[1])).all():
         raise ValueError(f"{source}: the validation part has no labels at all")
     return _Parts(data, list(molecules.failures), *parts, list(molecules.notes),
