@@ -192,7 +192,10 @@ class EstimatorConventions:
         if sample_weight is not None:
             raise TypeError("score: sample_weight is not supported")
         p = np.asarray(self.predict(X), dtype=np.float64)  # (M, T)
-        y = np.asarray(y, dtype=np.float64).reshape(p.shape[0], -1)  # (M, T)
+        y = _targets(y, p.shape[0], "y")  # (M, T)
+        if y.shape[1] != p.shape[1]:
+            raise ValueError(f"argument y: {y.shape[1]} target column(s), the model "
+                             f"predicts {p.shape[1]}")
         if self._estimator_type == "classifier":
             from setattn.molprop.metrics import roc_auc
 
