@@ -76,6 +76,7 @@ from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.network import MoleculeNetwork
 from setattn.molprop.shipped import encoder_path
+from setattn.wording import counted
 
 __all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "encoder_ensemble",
            "encoder_network", "load_embedding_model", "load_encoder", "load_pretrained", "pretrain",
@@ -182,11 +183,6 @@ class PretrainResult:
 
 
 # -- the corpus ---------------------------------------------------------------------------
-
-def _count(n: int, noun: str) -> str:
-    """``n`` and the noun, plural unless n is 1: "1 row", "2,000 rows"."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
 
 def draw_rows(n_rows: int, molecules: int, seed: int) -> list[int]:
     """``molecules`` of ``n_rows`` row numbers (all for 0), in a seeded random order."""
@@ -539,15 +535,15 @@ def pretrain(config: PretrainConfig | None, out_dir: str | Path, *, resume: bool
     data, skipped = featurize_corpus(corpus, out, config.descriptors, progress=progress)
     n_held = max(1, round(config.holdout * len(data)))
     if len(data) - n_held < config.batch_size:
-        raise ValueError(f"{config.corpus}: {_count(len(data), 'valid molecule')} "
-                         f"({_count(skipped, 'row')} skipped: invalid or too large), too "
+        raise ValueError(f"{config.corpus}: {counted(len(data), 'valid molecule')} "
+                         f"({counted(skipped, 'row')} skipped: invalid or too large), too "
                          f"few to pretrain with batches of {config.batch_size} and a "
                          f"held-out part of {config.holdout:g}")
     train, held = data[:-n_held], data[-n_held:]
     featurised = time.perf_counter() - started
     molecules = {"train": len(train), "held_out": len(held), "skipped": skipped}
     log(f"pretraining on {len(train):,} molecules, {len(held):,} held out "
-        f"({_count(skipped, 'row')} skipped: invalid or too large)")
+        f"({counted(skipped, 'row')} skipped: invalid or too large)")
     targets = Targets.fit(torch.cat([d.descriptors for d in train]))
     device = resolve_device(config.device)
     targets = Targets(**{k: v.to(device) for k, v in targets.to_dict().items()})

@@ -79,6 +79,7 @@ from setattn.molprop.pretrain import (
     pretrained_architecture,
 )
 from setattn.viz import plot_training_curve
+from setattn.wording import counted
 
 __all__ = ["TYPICAL_ATOMS", "EpochLog", "MemoryEstimate", "available_memory", "check_memory",
            "component_metrics", "ensemble_scores", "kernel_memory", "kernel_size",
@@ -435,8 +436,8 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
             raise ValueError(f"{source}: column {run.split_column!r} names no {name} row "
                              f"among the {len(data)} valid molecules")
         if run.split != "column":
-            valid = f"{len(data)} valid molecule{'' if len(data) == 1 else 's'}"
-            raise SettingError("split_sizes", f"the {name} part is empty with {valid}; "
+            raise SettingError("split_sizes", f"the {name} part is empty with "
+                               f"{counted(len(data), 'valid molecule')}; "
                                f"use more data or other fractions", colon=True)
     if torch.isnan(stacked_targets(parts[1])).all():
         raise ValueError(f"{source}: the validation part has no labels at all")
@@ -727,7 +728,7 @@ def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None,
     """The kernel ridge (with ``vector_encoder``'s vector ridge when given) and the
     ensemble on ``parts``, the curve; the metrics."""
     main = distributed.world().is_main
-    log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
+    log(f"{Path(run.data).name}: {counted(len(parts.data), 'molecule')}, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
     size, fingerprints, fitted = _kernel_size(run, len(parts.train), log, out, resume)
     kernel = kernel_info = None
