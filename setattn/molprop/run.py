@@ -70,7 +70,7 @@ from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weigh
 from setattn.molprop.featurize import featurize_csv, report_failures, skipped_rows
 from setattn.molprop.kernels import KernelConfig, KernelPart
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
-from setattn.molprop.metrics import evaluate
+from setattn.molprop.metrics import evaluate, one_class_tasks
 from setattn.molprop.network import MoleculeNetwork, target_scaling
 from setattn.molprop.pretrain import (
     encoder_network,
@@ -721,6 +721,20 @@ def _vector_encoder(run: RunConfig) -> MoleculeNetwork | None:
         raise CheckpointError(f"argument --kernel-vectors: {err}") from None
 
 
+def _one_class_notes(run: RunConfig, parts: _Parts) -> list[str]:
+    """Before training, a note for each classification target with a single class (or
+    no label) in a part, and what that means there; none for regression."""
+    if run.task != "classification":
+        return []
+    effects = (("training part", parts.train, "the networks learn it from that alone"),
+               ("validation part", parts.val, "early stopping's validation ROC-AUC leaves "
+                                              "it out"),
+               ("test part", parts.test, "its test ROC-AUC will be undefined"))
+    return [f"note: {reason}; {effect}" for part, data, effect in effects if data
+            for reason in one_class_tasks(stacked_targets(data, len(run.target_columns)),
+                                          run.target_columns, part)]
+
+
 def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None,
            vector_encoder: MoleculeNetwork | None, *, resume: bool,
            callback: Callable[[list[dict]], None] | None, log: Log,
@@ -730,6 +744,8 @@ def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None,
     main = distributed.world().is_main
     log(f"{Path(run.data).name}: {counted(len(parts.data), 'molecule')}, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
+    for note in _one_class_notes(run, parts):
+        log(note)
     size, fingerprints, fitted = _kernel_size(run, len(parts.train), log, out, resume)
     kernel = kernel_info = None
     if size:
