@@ -55,8 +55,9 @@ def _without_self_loops(edge_index: Tensor, edge_attr: Tensor | None
     """``remove_self_loops``; on the CPU a graph without any (a molecule's) is returned
     as it is, without the boolean indexing's compaction, which a new batch of small
     graphs would pay on every call. On other devices that check would read the device
-    once more."""
-    if edge_index.device.type == "cpu" and not bool((edge_index[0] == edge_index[1]).any()):
+    once more, and a compiled or exported graph keeps one path for any edge list."""
+    if (edge_index.device.type == "cpu" and not torch.compiler.is_compiling()
+            and not bool((edge_index[0] == edge_index[1]).any())):
         return edge_index, edge_attr
     return remove_self_loops(edge_index, edge_attr)
 
