@@ -21,9 +21,12 @@ SMILES's largest fragment, written as canonical SMILES.
     python benchmarks/attribution.py --limit 250          # everything (~1 h on 2 cores)
     python benchmarks/attribution.py --sets bundled --parts val --limit 100 --out x.json
 
-Task CSVs, runs and the scores of every (task, set, part) go to ``--work`` (its
-``scores.json``: a rerun adds to it); the record, ``results/attribution.json``, holds
-the tables of every part scored so far.
+Task CSVs and runs go to ``--work``. Each (task, set) is stored when it finishes, its
+scores of every part, in ``benchmarks/runs/attribution/`` (``record.store_run``), keyed by
+the ``setattn/`` library, the SMILES source, the methods, the parts and ``--limit``: a
+rerun skips the stored ones, so the work lands piece by piece (``--sets bundled --tasks
+crippen`` runs one). The record, ``results/attribution.json``, holds the tables of the
+stored pieces of the sets and tasks asked for.
 """
 
 from __future__ import annotations
@@ -48,7 +51,17 @@ from setattn.explain import METHODS
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
 
-from helpers.record import finish, make_record, table
+from helpers.record import (
+    STORE,
+    file_digest,
+    finish,
+    load_stored,
+    make_record,
+    run_key,
+    store_run,
+    table,
+    tree_digest,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "molecules"
@@ -63,14 +76,21 @@ SOURCES = {  # set -> task -> SMILES source
 }
 
 
+def source_files(name: str) -> list[Path]:
+    """The files a SMILES source reads (one CSV, or both Huuskonen SD files)."""
+    if name.endswith(".csv"):
+        return [DATA / name]
+    return [DATA / f"solubility.{part}.sdf" for part in ("train", "test")]
+
+
 def source_smiles(name: str) -> list[str]:
     """The SMILES of a bundled CSV, or of both Huuskonen SD files."""
     if name.endswith(".csv"):
         with open(DATA / name, newline="") as handle:
             return [row["smiles"] for row in csv.DictReader(handle)]
     out = []
-    for part in ("train", "test"):
-        for mol in Chem.SDMolSupplier(str(DATA / f"solubility.{part}.sdf")):
+    for path in source_files(name):
+        for mol in Chem.SDMolSupplier(str(path)):
             if mol is not None:
                 out.append(Chem.MolToSmiles(mol))
     return out
@@ -226,6 +246,34 @@ def attribution_record(results: dict, threads: int = 1, **extra) -> dict:
                        threads, {"parts": results}, **extra)
 
 
+def piece_material(task: str, name: str, parts: list[str], methods: list[str], limit: int,
+                   library: str) -> dict:
+    """The key material of one stored (task, set) piece: what its scores depend on."""
+    return {"kind": "attribution", "task": task, "set": name,
+            "source": file_digest(source_files(SOURCES[name][task])), "parts": sorted(parts),
+            "methods": sorted(methods), "limit": limit, "version": library}
+
+
+def run_piece(task: str, name: str, parts: list[str], methods: list[str], limit: int,
+              work: Path, library: str) -> dict:
+    """Train one (task, set) and score its parts: ``{"<task>/<set>/<part>": result}``. The
+    run's folder in ``work`` carries the library's digest, so that a run of another
+    library is never reused."""
+    data = work / f"{task}_{name}.csv"
+    rows = write_task(task, SOURCES[name][task], data)
+    run = work / f"{task}_{name}_{library[:12]}"
+    metrics = train(task, data, run)
+    results = {}
+    for part in parts:
+        result = evaluate(task, run, part, methods, limit)
+        result.update(rows=rows, source=SOURCES[name][task], limit=limit,
+                      model_test=metrics["test"], published=PUBLISHED[task])
+        results[f"{task}/{name}/{part}"] = result
+        print(f"{task:8s} {name:8s} {part:5s} n={result['molecules']:4d} " + "  ".join(
+            f"{m} {s:.3f}" for m, s in result["scores"].items()), flush=True)
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=["bundled", "unused"], choices=SOURCES)
@@ -234,28 +282,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", default=[m for m in METHODS if m != "readout"])
     parser.add_argument("--limit", type=int, default=0, help="molecules per part (0: all)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "attribution")
+    parser.add_argument("--store", type=Path, default=STORE,
+                        help="where finished pieces are kept (default benchmarks/runs)")
     parser.add_argument("--out", type=Path, help="the record (default "
                         "results/attribution.json)")
     args = parser.parse_args(argv)
     RDLogger.DisableLog("rdApp.*")
     torch.set_num_threads(1)
     start = os.getloadavg()[0]
-    scores_file = args.work / "scores.json"
-    results = json.loads(scores_file.read_text()) if scores_file.is_file() else {}
+    library = tree_digest(ROOT / "setattn")
+    results = {}
     for name in args.sets:
         for task in args.tasks:
-            data = args.work / f"{task}_{name}.csv"
-            rows = write_task(task, SOURCES[name][task], data)
-            metrics = train(task, data, args.work / f"{task}_{name}")
-            for part in args.parts:
-                result = evaluate(task, args.work / f"{task}_{name}", part, args.methods,
-                                  args.limit)
-                result.update(rows=rows, source=SOURCES[name][task], limit=args.limit,
-                              model_test=metrics["test"], published=PUBLISHED[task])
-                results[f"{task}/{name}/{part}"] = result
-                print(f"{task:8s} {name:8s} {part:5s} n={result['molecules']:4d} " + "  ".join(
-                    f"{m} {s:.3f}" for m, s in result["scores"].items()), flush=True)
-                scores_file.write_text(json.dumps(results, indent=1) + "\n")
+            material = piece_material(task, name, args.parts, args.methods, args.limit, library)
+            stored = load_stored("attribution", run_key(material), args.store)
+            if stored is None:
+                started = time.perf_counter()
+                piece = run_piece(task, name, args.parts, args.methods, args.limit, args.work,
+                                  library)
+                path = store_run("attribution", material, {
+                    "describes": {"task": task, "set": name},
+                    "seconds": time.perf_counter() - started, "results": piece}, args.store)
+                print(f"stored {path}", flush=True)
+            else:
+                piece = stored["results"]
+                print(f"{task} {name}: stored ({run_key(material)})", flush=True)
+            results.update(piece)
     load = max(start, os.getloadavg()[0])
     finish(attribution_record(results, load=load), args.out)
 

@@ -122,9 +122,14 @@ def command_line(argv: list[str] | None = None) -> str:
 MOLECULE_CODE = (("setattn", ("cli", "serve")),)
 ENGINE_CODE = (("setattn/engine", ()), ("setattn/topology.py", ()), ("setattn/scores.py", ()),
                ("setattn/attention_graph.py", ()), ("setattn/capture.py", ()))
+# the examples train set, graph, image and text models: everything but the molecule
+# product (its model, command line and server)
+EXAMPLE_CODE = (("setattn", ("molprop", "cli", "serve")),)
 EXERCISED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "engine": ENGINE_CODE,
+    "scaling": ENGINE_CODE,  # setattn.attend on three topologies
     "layers": (*ENGINE_CODE, ("setattn/nn", ())),
+    "examples": EXAMPLE_CODE,
     **{name: MOLECULE_CODE for name in ("molecules", "moleculeace", "blend_stack",
                                         "attribution")}}
 """The library paths each benchmark exercises (path, entries of it left out); the others:

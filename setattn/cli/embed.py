@@ -15,6 +15,7 @@ from setattn.molprop.checkpoint import run_file_paths
 from setattn.molprop.config import resolve_device
 from setattn.molprop.predict import embed_csv
 from setattn.molprop.pretrain import CORPUS_FILE, LAST_FILE, RECORD_FILE, load_embedding_model
+from setattn.wording import counted
 
 __all__ = ["cmd_embed"]
 
@@ -45,7 +46,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
                            protect=_model_files(Path(args.model), meta),
                            progress=lambda rows: bar.update(rows - bar.n))
     members = len(ensemble) if args.member is None else 1
-    print(f"wrote {counts['rows']} rows of {counts['width']} numbers to {args.output} "
+    print(f"wrote {counted(counts['rows'], 'row')} of {counts['width']} numbers to {args.output} "
           f"({members} member(s) x {counts['width'] // members}; {counts['errors']} invalid "
           f"or skipped SMILES with empty cells)")
     return 0

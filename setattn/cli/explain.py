@@ -33,6 +33,7 @@ from setattn.molprop.explain import (
     sum_text,
 )
 from setattn.viz import draw_atom_contributions
+from setattn.wording import counted
 
 __all__ = ["EXPLAIN_MARKER", "check_explain_folder", "cmd_explain"]
 
@@ -145,7 +146,7 @@ def _explain_table(args: argparse.Namespace, ensemble: Ensemble, target: str, t:
             explained += 1
     with open(errors_file, "w", newline="") as handle:
         csv.writer(handle).writerows([["row", "smiles", "error"], *errors])
-    print(f"explained {explained} molecules of {args.data} with {args.method} "
+    print(f"explained {counted(explained, 'molecule')} of {args.data} with {args.method} "
           f"({min(explained, args.max_pictures)} pictures); {len(errors)} invalid SMILES in "
           f"{errors_file}; contributions in {atoms_file}")
     return 0

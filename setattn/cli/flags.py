@@ -140,8 +140,9 @@ class EmbedFlags:
     """``setattn embed``'s flags.
 
     Attributes:
-        model: a run directory, one ``best.pt``, or a pretrained encoder (``encoder.pt``
-            or the folder ``setattn pretrain`` wrote).
+        model: a run directory, one ``best.pt``, a pretrained encoder (``encoder.pt``
+            or the folder ``setattn pretrain`` wrote), or ``default``: the encoder shipped
+            in the package.
         data: the CSV of SMILES.
         output: the CSV of vectors written.
         smiles_column: None: the run's.
@@ -152,8 +153,9 @@ class EmbedFlags:
         num_threads: torch CPU threads.
     """
 
-    model: str = option(None, "run directory (or one best.pt), or a pretrained encoder "
-                        "(encoder.pt, or the folder setattn pretrain wrote)", required=True)
+    model: str = option(None, "run directory (or one best.pt), a pretrained encoder "
+                        "(encoder.pt, or the folder setattn pretrain wrote), or default: "
+                        "the encoder shipped with setattn", required=True)
     data: str = option(None, "CSV file with a header line", required=True)
     output: str = option(None, "CSV file to write: the SMILES, m<k>_<i> per member k and "
                          "component i, error", required=True)

@@ -12,6 +12,7 @@ from setattn.molprop.checkpoint import load_run, run_file_paths
 from setattn.molprop.config import MAX_HEAVY_ATOMS, resolve_device
 from setattn.molprop.predict import free_cores, predict_csv
 from setattn.molprop.workers import WorkerDiedError
+from setattn.wording import counted
 
 __all__ = ["cmd_predict", "run_columns"]
 
@@ -52,7 +53,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 1
     notes = f"; {counts['notes']} with a note (salts: the largest fragment)" \
         if counts["notes"] else ""
-    print(f"wrote {counts['rows']} rows to {args.output} ({len(ensemble)} model(s); "
+    print(f"wrote {counted(counts['rows'], 'row')} to {args.output} ({len(ensemble)} model(s); "
           f"{counts['errors']} invalid or skipped SMILES with empty predictions{notes})")
     if meta.get("conformal") is not None:
         print(f"<target>_lower / _upper: {meta['conformal'].level:.0%} prediction intervals, "

@@ -55,7 +55,7 @@ from setattn.chem.descriptors import DescriptorTimeout, mol_descriptors
 from setattn.domains.errors import InvalidSmilesError, MoleculeSkippedError, short_smiles
 from setattn.domains.fingerprints import count_fingerprint
 from setattn.domains.isotopes import strip_isotopes
-from setattn.domains.smiles_text import check_smiles_text, parse_failure_reason
+from setattn.domains.smiles_text import LIMIT_NAMES, check_smiles_text, parse_failure_reason
 
 __all__ = [
     "ATOM_FEATURE_DIM",
@@ -406,7 +406,7 @@ def _check_size(mol: Chem.Mol, smiles: str, max_heavy_atoms: int | None, row: in
     if max_heavy_atoms is not None and mol.GetNumHeavyAtoms() > max_heavy_atoms:
         raise MoleculeSkippedError(
             smiles, f"{mol.GetNumHeavyAtoms()} heavy atoms, above the limit of "
-            f"{max_heavy_atoms} (--max-heavy-atoms)", row=row, source=source)
+            f"{max_heavy_atoms} ({LIMIT_NAMES})", row=row, source=source)
 
 
 def mol_to_data(

@@ -17,7 +17,7 @@ from rdkit import Chem, rdBase
 
 from setattn.domains.errors import InvalidSmilesError, MoleculeSkippedError
 
-__all__ = ["CHARS_PER_HEAVY_ATOM", "check_smiles_text", "parse_failure_reason"]
+__all__ = ["CHARS_PER_HEAVY_ATOM", "LIMIT_NAMES", "check_smiles_text", "parse_failure_reason"]
 
 
 CHARS_PER_HEAVY_ATOM = 20
@@ -25,6 +25,9 @@ CHARS_PER_HEAVY_ATOM = 20
 are refused unread (``check_smiles_text``). The bundled data sets need at most 8 (a
 one-atom ion such as ``[NH4+]``); a SMILES over the limit's length cannot be a molecule
 within it, and reading a 2 MB one takes RDKit seconds and a gigabyte."""
+
+LIMIT_NAMES = "max_heavy_atoms; on the command line --max-heavy-atoms"
+"""How messages name the size limit, for Python and command-line readers alike."""
 
 _UNSEEN = {"Cc": "a control character", "Cf": "an invisible format character",
            "Cn": "an unassigned code point", "Co": "a private-use character",
@@ -70,7 +73,7 @@ def check_smiles_text(smiles: str, *, row: int | None = None, source: str | None
     if max_heavy_atoms is not None and len(smiles) > CHARS_PER_HEAVY_ATOM * max_heavy_atoms:
         raise MoleculeSkippedError(
             smiles, f"{len(smiles):,} characters, more than a molecule within the limit of "
-            f"{max_heavy_atoms} heavy atoms (--max-heavy-atoms) needs "
+            f"{max_heavy_atoms} heavy atoms ({LIMIT_NAMES}) needs "
             f"({CHARS_PER_HEAVY_ATOM} per atom); not read", row=row, source=source)
     reason = _character_reason(smiles)
     if reason is not None:

@@ -1,14 +1,17 @@
 """CSR layouts of an edge list and the sparse-dense products the SPARSE_CSR path runs on.
 
 Per head, the weights of an edge list form a sparse (Nq, Nk) matrix; the H heads are
-laid out block-diagonally as one (Nq * H, Nk * H) CSR matrix, so that one call of torch's
-CSR kernels serves every head. Two autograd nodes are built on them:
+laid out block-diagonally, head by head, as one (H * Nq, H * Nk) CSR matrix, so that one
+call of torch's CSR kernels serves every head. Two autograd nodes are built on them:
 
 * :class:`EdgeSum`: out_i = sum_{j -> i} w_ij v_j, a CSR x dense product;
 * :class:`EdgeDot`: s_e = <q_dst(e), k_src(e)>, a sampled dense x dense product.
 
 Their backward passes are made of the same two nodes, so only the (E, H) weights and
 the node rows are kept, never (E, H, D) messages, and double backward is right too.
+Node rows enter head-major ((H, N, D), one transposing copy) and the outputs are
+head-major tensors seen as (N, H, D), so that a head's product reads one contiguous
+block of rows.
 """
 
 from __future__ import annotations
@@ -27,25 +30,25 @@ from setattn.topology import Edges
 class CSRSide:
     """Sparsity pattern of a per-head block-diagonal matrix in CSR form.
 
-    Row ``r * H + h`` holds head h of row node r; its column ``c * H + h`` is head h of
+    Row ``h * R + r`` holds head h of row node r; its column ``h * C + c`` is head h of
     column node c. ``order`` maps every stored slot to its flat (edge * H + head)
     position in an (E, H) tensor, so values are ``w.reshape(-1)[order]``.
     """
 
-    crow: Tensor  # (R * H + 1,)
-    col: Tensor  # (E * H,)
-    order: Tensor  # (E * H,)
-    shape: tuple[int, int]  # (R * H, C * H)
+    crow: Tensor  # (H * R + 1,)
+    col: Tensor  # (H * E,)
+    order: Tensor  # (H * E,)
+    shape: tuple[int, int]  # (H * R, H * C)
 
 
 def csr_side(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, heads: int) -> CSRSide:
     """The layout whose row r holds the edges with ``rows == r``.
 
-    Slot s of the layout is the s-th flat (edge * H + head) position in the order of
-    the key ``row * H + head``, ties kept in edge order: row ``r * H + h`` holds head h
-    of r's edges in the order they come in the list. On the CPU it is computed with
-    NumPy, whose calls cost a fraction of torch's on the few thousand edges of a batch
-    of molecules (this runs once per layer and batch); both give the same tensors.
+    Head h's block is the one-head layout (edges sorted by row, ties kept in edge order)
+    shifted by h * R rows and h * C columns, so every slot is one (H, E) broadcast of the
+    sorted edges: no sort or scatter of (H * E,) keys. On the CPU it is computed with
+    NumPy, whose calls cost a fraction of torch's on the few thousand edges of a batch of
+    molecules (this runs once per layer and batch); both give the same tensors.
 
     Args:
         rows, cols: (E,) row and column node of every edge.
@@ -53,35 +56,24 @@ def csr_side(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, heads: int) -
     """
     shape = (n_rows * heads, n_cols * heads)
     if rows.device.type == "cpu":
-        crow, col, order = _csr_numpy(rows.numpy(), cols.numpy(), n_rows, heads)
+        crow, col, order = _csr_numpy(rows.numpy(), cols.numpy(), n_rows, n_cols, heads)
         return CSRSide(torch.from_numpy(crow), torch.from_numpy(col),
                        torch.from_numpy(order), shape)
-    return CSRSide(*_csr_torch(rows, cols, n_rows, heads), shape)
+    return CSRSide(*_csr_torch(rows, cols, n_rows, n_cols, heads), shape)
 
 
-# How both computations place the slots, with no sort or division of (E * H,) keys:
-# with the edges sorted by row (``by_row``), sorted edge i of row r (its k-th, k = i -
-# start[r]) holds, for head h, slot start[r] * H + h * deg[r] + k of block r * H + h,
-# that is (start[r] * (H - 1) + i) + h * deg[r]: one (H, E) broadcast, and col and
-# order are scattered to it. Block r * H + h starts at start[r] * H + h * deg[r].
-
-
-def _csr_torch(rows: Tensor, cols: Tensor, n_rows: int,
+def _csr_torch(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int,
                heads: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``csr_side``'s crow (R * H + 1,), col (E * H,) and order (E * H,), in torch (any
+    """``csr_side``'s crow (H * R + 1,), col (H * E,) and order (H * E,), in torch (any
     device)."""
     e = rows.numel()
     by_row = torch.sort(rows, stable=True).indices  # (E,)
     deg = torch.bincount(rows, minlength=n_rows)  # (R,) edges per row
-    start = torch.cat([deg.new_zeros(1), torch.cumsum(deg, 0)])  # (R + 1,)
+    start = torch.cumsum(deg, 0)  # (R,) end of each row's edges
     hs = torch.arange(heads, device=rows.device)[:, None]  # (H, 1)
-    crow = torch.cat([(start[:-1] * heads + hs * deg).t().flatten(),
-                      start.new_full((1,), e * heads)])  # (R * H + 1,)
-    r = rows[by_row]  # (E,) row of each sorted edge
-    slot = (start[r] * (heads - 1) + torch.arange(e, device=rows.device)
-            + hs * deg[r]).flatten()  # (H * E,)
-    col = torch.empty_like(slot).index_put_((slot,), (cols[by_row] * heads + hs).flatten())
-    order = torch.empty_like(slot).index_put_((slot,), (by_row * heads + hs).flatten())
+    crow = torch.cat([start.new_zeros(1), (start + hs * e).flatten()])  # (H * R + 1,)
+    col = (cols[by_row] + hs * n_cols).flatten()  # (H * E,)
+    order = (by_row * heads + hs).flatten()  # (H * E,)
     return crow, col, order
 
 
@@ -91,15 +83,12 @@ integers: 36 ms for 1.1 million edges, NumPy's merge sort 114 ms); below it NumP
 whose call costs less on the few thousand edges of a batch of molecules."""
 
 
-def _csr_numpy(rows: np.ndarray, cols: np.ndarray, n_rows: int,
+def _csr_numpy(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int,
                heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``csr_side``'s crow (R * H + 1,), col (E * H,) and order (E * H,), in NumPy.
+    """``csr_side``'s crow (H * R + 1,), col (H * E,) and order (H * E,), in NumPy.
 
-    The edges are sorted by row once (E keys, not E * H); the slots are one (H, E)
-    broadcast (see above). On one core: 193 us a side for a batch of 64 molecules
-    (8,005 edges with self loops, 4 heads), 0.22 s for 1.1 million edges on a first
-    call, against 333 us and 0.60 s for a repeat and a division over the (E * H,)
-    slots (benchmarks/layers.py measures the layers built on it).
+    The edges are sorted by row once (E keys, not H * E); every other array is one (H, E)
+    or (H, R) broadcast written in order, with no scatter into fresh memory.
     """
     e = rows.shape[0]
     if e >= TORCH_SORT_MIN_EDGES:
@@ -108,25 +97,16 @@ def _csr_numpy(rows: np.ndarray, cols: np.ndarray, n_rows: int,
         by_row = np.argsort(rows, kind="stable")  # (E,)
     by_row = by_row.astype(np.int64, copy=False)
     deg = np.bincount(rows, minlength=n_rows)  # (R,) edges per row
-    start = np.zeros(n_rows + 1, dtype=np.int64)  # (R + 1,)
-    np.cumsum(deg, out=start[1:])
-    if heads == 1:
-        return start, cols[by_row].astype(np.int64, copy=False), by_row
+    crow = np.zeros(n_rows * heads + 1, dtype=np.int64)  # (H * R + 1,)
+    end = crow[1:].reshape(heads, n_rows)  # (H, R) view: the end of each block row
+    np.cumsum(deg, out=end[0])
     hs = np.arange(heads, dtype=np.int64)[:, None]  # (H, 1)
-    crow = np.empty(n_rows * heads + 1, dtype=np.int64)  # (R * H + 1,)
-    crow[:-1] = np.add(start[:-1] * heads, hs * deg).T.ravel()
-    crow[-1] = e * heads
-    r = rows[by_row]  # (E,) row of each sorted edge
-    # four (H, E) arrays in all, one of them reused: on a large graph's first call each
-    # fresh one costs its page faults
-    slot = np.multiply(hs, deg[r])  # (H, E)
-    slot += start[r] * (heads - 1) + np.arange(e, dtype=np.int64)
-    values = np.add(cols[by_row].astype(np.int64, copy=False) * heads, hs)  # (H, E)
-    col = np.empty(e * heads, dtype=np.int64)  # (E * H,)
-    col[slot] = values
-    np.add(by_row * heads, hs, out=values)
-    order = np.empty(e * heads, dtype=np.int64)  # (E * H,)
-    order[slot] = values
+    np.add(end[0], hs[1:] * e, out=end[1:])
+    sorted_cols = cols[by_row].astype(np.int64, copy=False)  # (E,)
+    if heads == 1:
+        return crow, sorted_cols, by_row
+    col = np.add(sorted_cols, hs * n_cols).ravel()  # (H * E,)
+    order = np.add(by_row * heads, hs).ravel()  # (H * E,)
     return crow, col, order
 
 
@@ -150,21 +130,27 @@ def csr_tensor(side: CSRSide, values: Tensor) -> Tensor:
                                        device=values.device, check_invariants=False)
 
 
+def _head_major(x: Tensor) -> Tensor:
+    """(N, H, D) node rows as the (H * N, D) rows of the layouts' columns: a copy, or a
+    view where ``x`` is stored head-major already (the products' outputs are)."""
+    return x.transpose(0, 1).reshape(-1, x.shape[-1])  # (H * N, D)
+
+
 def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:
-    """Per-edge weights (E, H) times node rows (C, H, D) -> (R, H, D)."""
+    """Per-edge weights (E, H) times node rows (C, H, D) -> (R, H, D), stored head-major."""
     a = csr_tensor(side, w.reshape(-1).index_select(0, side.order))
+    heads, width = x.shape[1], x.shape[-1]
     # into a fresh row-major result: ``a @ x`` zero-fills a column-major one and copies it
     # back, two passes over cold memory that cost more than the product itself
-    out = x.new_empty(side.shape[0], x.shape[-1])  # (R * H, D)
-    out.addmm_(a, x.reshape(-1, x.shape[-1]), beta=0.0)  # beta 0: out's contents unread
-    return out.view(-1, x.shape[1], x.shape[2])
+    out = x.new_empty(side.shape[0], width)  # (H * R, D)
+    out.addmm_(a, _head_major(x), beta=0.0)  # beta 0: out's contents unread
+    return out.view(heads, side.shape[0] // heads, width).transpose(0, 1)  # (R, H, D)
 
 
 def _sddmm(side: CSRSide, a: Tensor, b: Tensor) -> Tensor:
     """<a_row, b_col> on every edge and head: a (R, H, D), b (C, H, D) -> (E, H)."""
     pattern = csr_tensor(side, a.new_zeros(side.col.numel()))
-    flat = a.reshape(-1, a.shape[-1])  # (R * H, D)
-    vals = torch.sparse.sampled_addmm(pattern, flat, b.reshape(-1, b.shape[-1]).t(), beta=0.0)
+    vals = torch.sparse.sampled_addmm(pattern, _head_major(a), _head_major(b).t(), beta=0.0)
     out = vals.values().new_empty(side.col.numel()).index_copy_(0, side.order, vals.values())
     return out.view(-1, a.shape[1])  # (E, H)
 
@@ -187,7 +173,8 @@ class EdgeSum(torch.autograd.Function):
     def backward(ctx, grad_out):
         w, v = ctx.saved_tensors
         fwd, bwd = ctx.sides
-        grad_out = grad_out.contiguous()
+        # stored head-major once, for the two products below to read as it is
+        grad_out = grad_out.transpose(0, 1).contiguous().transpose(0, 1)  # (Nq, H, Dv)
         # built from the Functions themselves, so that double backward is right too
         gw = EdgeDot.apply(grad_out, v, fwd, bwd) if ctx.needs_input_grad[0] else None  # (E, H)
         gv = EdgeSum.apply(w, grad_out, bwd, fwd) if ctx.needs_input_grad[1] else None

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from setattn.engine.fused_gat import (
     as_arrays,
+    grads_again,
     or_unread,
     softmax_sum,
     softmax_sum_grads,
@@ -91,20 +92,14 @@ class DotEdges(torch.autograd.Function):
 
     @staticmethod
     def _plain_backward(ctx, grad_out, grad_w):
-        """Differentiates :func:`dot_edges` again; under ``create_graph`` on the saved
-        inputs themselves, so that the gradients are differentiable too."""
+        """Differentiates :func:`dot_edges` again (:func:`grads_again`)."""
         _, pq, pk, v, src, dst = ctx.saved_tensors
-        higher = torch.is_grad_enabled()
-        inputs = [t if higher or t is None else t.detach().requires_grad_()
-                  for t in (pq, pk, v)]
-        with torch.enable_grad():
-            outs = dot_edges(*inputs, src, dst, ctx.num_q, ctx.scale)
-        wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
-        pairs = [(o, g) for o, g in zip(outs, (grad_out, grad_w)) if g is not None]
-        grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                         create_graph=higher, allow_unused=True))
-        picked = [next(grads) if need else None for need in ctx.needs_input_grad[:3]]
-        return (*picked, None, None, None, None, None)
+
+        def outputs(pq, pk, v):
+            return dot_edges(pq, pk, v, src, dst, ctx.num_q, ctx.scale)
+
+        grads = grads_again(ctx, outputs, (pq, pk, v), grad_out, grad_w)
+        return (*grads, None, None, None, None, None)
 
 
 def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor | None, scale: float,

@@ -180,20 +180,37 @@ class GATEdges(torch.autograd.Function):
     @staticmethod
     def _plain_backward(ctx, grad_out, grad_w):
         pq, pk, v, edge_attr, src, dst = ctx.saved_tensors[-6:]
-        inputs = (pq, pk, v, edge_attr)
-        wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
-        outs = gat_edges(pq, pk, v, edge_attr, src, dst, ctx.num_q, ctx.slope)[:2]
-        pairs = [(o, g) for o, g in zip(outs, (grad_out, grad_w)) if g is not None]
-        grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                         create_graph=True, allow_unused=True))
-        picked = [next(grads) if need else None for need in ctx.needs_input_grad[:4]]
-        return (*picked, None, None, None, None, None)
+
+        def outputs(pq, pk, v, edge_attr):
+            return gat_edges(pq, pk, v, edge_attr, src, dst, ctx.num_q, ctx.slope)[:2]
+
+        grads = grads_again(ctx, outputs, (pq, pk, v, edge_attr), grad_out, grad_w)
+        return (*grads, None, None, None, None, None)
+
+
+def grads_again(ctx, outputs, inputs: tuple, grad_out: Tensor, grad_w: Tensor | None
+                ) -> list[Tensor | None]:
+    """The gradients of a fused node's ``inputs`` from their torch ops run again:
+    ``outputs(*inputs)`` gives the (Nq, H, Dv) output and (E, H) weights, which autograd
+    differentiates. Under ``create_graph`` (grad mode on in the backward) it runs on the
+    saved inputs themselves, so that the gradients are differentiable too; otherwise on
+    detached copies. None where ``ctx.needs_input_grad`` says no."""
+    higher = torch.is_grad_enabled()
+    inputs = tuple(t if higher or t is None else t.detach().requires_grad_() for t in inputs)
+    with torch.enable_grad():
+        outs = outputs(*inputs)
+    needs = ctx.needs_input_grad[:len(inputs)]
+    wanted = [t for t, need in zip(inputs, needs) if need]
+    pairs = [(o, g) for o, g in zip(outs, (grad_out, grad_w)) if g is not None]
+    grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                     create_graph=higher, allow_unused=True))
+    return [next(grads) if need else None for need in needs]
 
 
 def softmax_sum(layout: tuple, logits: np.ndarray, values: np.ndarray) -> np.ndarray:
     """The CPU kernels' softmax of the (E, H) ``logits`` over each target's edges (in
     place: they become the weights) and weighted sum of ``values`` (Nk, H, Dv) ->
-    (Nq, H, Dv); shared by FUSED_GAT and FUSED_GATV2."""
+    (Nq, H, Dv); shared by FUSED_GAT, FUSED_GATV2 and FUSED_DOT."""
     from setattn.engine import cpu_kernels
 
     indptr, perm, src, _ = layout

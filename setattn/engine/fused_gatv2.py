@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from setattn.engine.fused_gat import (
     as_arrays,
+    grads_again,
     or_unread,
     softmax_sum,
     softmax_sum_grads,
@@ -128,14 +129,13 @@ class GATv2Edges(torch.autograd.Function):
     @staticmethod
     def _plain_backward(ctx, grad_out, grad_w):
         pq, pk, v, edge_attr, att, src, dst = ctx.saved_tensors[-7:]
-        inputs = (pq, pk, v, edge_attr, att)
-        wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
-        outs = gatv2_edges(pq, pk, v, edge_attr, att, src, dst, ctx.num_q, ctx.slope)[:2]
-        pairs = [(o, g) for o, g in zip(outs, (grad_out, grad_w)) if g is not None]
-        grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                         create_graph=True, allow_unused=True))
-        picked = [next(grads) if need else None for need in ctx.needs_input_grad[:5]]
-        return (*picked, None, None, None, None, None)
+
+        def outputs(pq, pk, v, edge_attr, att):
+            return gatv2_edges(pq, pk, v, edge_attr, att, src, dst, ctx.num_q,
+                               ctx.slope)[:2]
+
+        grads = grads_again(ctx, outputs, (pq, pk, v, edge_attr, att), grad_out, grad_w)
+        return (*grads, None, None, None, None, None)
 
 
 def _cpu_forward(pq: Tensor, pk: Tensor, v: Tensor | None, edge_attr: Tensor | None,

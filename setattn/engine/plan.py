@@ -230,12 +230,16 @@ def _edge_path(q: Tensor, v: Tensor, top: Edges, score: nn.Module, bias: Tensor 
 # the decisions
 
 
-def _plain_soft(bias: Tensor | None, mask: Tensor | None, p: float, hard: int | str | None,
-                edge_attr: Tensor | None, edge_dims: int) -> bool:
+def _plain_soft(bias: Tensor | None, mask: Tensor | None, p: float,
+                hard: int | str | None) -> bool:
     """Nothing a fused kernel does not compute: no bias, mask, dropout (p > 0) or hard
-    attention, and edge features, if any, with ``edge_dims`` dimensions."""
-    return (bias is None and mask is None and p == 0 and hard is None
-            and (edge_attr is None or edge_attr.dim() == edge_dims))
+    attention."""
+    return bias is None and mask is None and p == 0 and hard is None
+
+
+def _edge_dims(edge_attr: Tensor | None, dims: int) -> bool:
+    """No edge features, or features with ``dims`` dimensions."""
+    return edge_attr is None or edge_attr.dim() == dims
 
 
 def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | None,
@@ -244,7 +248,7 @@ def fused_gatv2_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | No
     its LeakyReLU slope is >= 0 (the kernel reads which side of 0 an input was off the
     sign of the activation), and nothing the kernel does not compute is asked for: no
     bias, mask, dropout (p > 0) or hard attention; edge features, if any, are (E, H, A)."""
-    if not _plain_soft(bias, mask, p, hard, edge_attr, 3):
+    if not (_plain_soft(bias, mask, p, hard) and _edge_dims(edge_attr, 3)):
         return False
     # looked up on the class: a miss on the instance goes through nn.Module.__getattr__
     if getattr(type(score), "fused_edges", None) is None:
@@ -258,7 +262,7 @@ def fused_gat_applies(score: nn.Module, bias: Tensor | None, mask: Tensor | None
     """The score opts into the fused GAT kernel (``fused_gat()`` gives its LeakyReLU
     slope, >= 0) and nothing the kernel does not compute is asked for: no bias, mask,
     dropout (p > 0) or hard attention; edge features, if any, are (E, H)."""
-    if not _plain_soft(bias, mask, p, hard, edge_attr, 2):
+    if not (_plain_soft(bias, mask, p, hard) and _edge_dims(edge_attr, 2)):
         return False
     if getattr(type(score), "fused_gat", None) is None:
         return False
@@ -292,7 +296,7 @@ def fused_dot_applies(q: Tensor, score: nn.Module, bias: Tensor | None, mask: Te
                       edge_attr: Tensor | None, p: float, hard: int | str | None) -> bool:
     """A dot-product score (``dot_scale`` at the query width) and nothing FUSED_DOT does
     not compute: no bias, mask, dropout (p > 0), hard attention or edge features."""
-    return (_plain_soft(bias, mask, p, hard, None, 0) and edge_attr is None
+    return (_plain_soft(bias, mask, p, hard) and edge_attr is None
             and dot_scale(score, q.shape[-1]) is not None)
 
 

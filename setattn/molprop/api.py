@@ -192,7 +192,10 @@ class EstimatorConventions:
         if sample_weight is not None:
             raise TypeError("score: sample_weight is not supported")
         p = np.asarray(self.predict(X), dtype=np.float64)  # (M, T)
-        y = np.asarray(y, dtype=np.float64).reshape(p.shape[0], -1)  # (M, T)
+        y = _targets(y, p.shape[0], "y")  # (M, T)
+        if y.shape[1] != p.shape[1]:
+            raise ValueError(f"argument y: {y.shape[1]} target column(s), the model "
+                             f"predicts {p.shape[1]}")
         if self._estimator_type == "classifier":
             from setattn.molprop.metrics import roc_auc
 
@@ -238,7 +241,7 @@ def _targets(y: Any, rows: int, name: str) -> np.ndarray:
 
     Raises:
         ValueError: naming ``name`` for a shape that does not fit, a value that is not a
-            number, or an infinite one.
+            number, or one that is infinite or beyond float32.
     """
     try:
         arr = np.asarray(y, dtype=np.float64)
@@ -249,12 +252,23 @@ def _targets(y: Any, rows: int, name: str) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[0] != rows or arr.shape[1] < 1:
         raise ValueError(f"argument {name}: expected shape ({rows},) or ({rows}, T) for "
                          f"{rows} SMILES, got {np.shape(y)}")
-    bad = np.argwhere(np.isinf(arr))
+    bad = np.argwhere(np.abs(arr) > np.finfo(np.float32).max)  # inf included, NaN not
     if bad.size:
         row, col = bad[0]
         raise ValueError(f"argument {name}: row {row}, column {col}: {arr[row, col]} is not "
-                         f"finite (use NaN for a missing label)")
+                         f"a finite number within float32 (use NaN for a missing label)")
     return arr
+
+
+def _check_labelled(arr: np.ndarray, name: str, per_column: bool) -> None:
+    """Raises a ValueError naming ``name`` when the (M, T) targets hold no label at all
+    (``per_column``: when one of their columns holds none)."""
+    unlabelled = np.isnan(arr).all(0)  # (T,)
+    if unlabelled.all():
+        raise ValueError(f"argument {name}: every value is NaN, so there is no label")
+    if per_column and unlabelled.any():
+        raise ValueError(f"argument {name}: every value of column "
+                         f"{np.flatnonzero(unlabelled)[0]} is NaN, so it has no label")
 
 
 def _as_names(names: str | Sequence[str] | None) -> list[str] | None:
@@ -444,7 +458,10 @@ class MoleculePredictor(EstimatorConventions):
         """
         self.check()
         smiles = as_smiles(smiles, "smiles")
+        if not smiles:
+            raise ValueError("argument smiles: no molecule to train on")
         targets = _targets(y, len(smiles), "y")  # (M, T)
+        _check_labelled(targets, "y", per_column=True)
         names = self._names(targets.shape[1])
         parts = None
         if val is not None:
@@ -473,6 +490,7 @@ class MoleculePredictor(EstimatorConventions):
             raise TypeError("argument val: expected a (smiles, y) pair")
         val_smiles = as_smiles(val[0], "val[0]")
         val_targets = _targets(val[1], len(val_smiles), "val[1]")  # (M_val, T')
+        _check_labelled(val_targets, "val[1]", per_column=False)
         if val_targets.shape[1] != targets.shape[1]:
             raise ValueError(f"argument val[1]: {val_targets.shape[1]} target column(s), "
                              f"y has {targets.shape[1]}")

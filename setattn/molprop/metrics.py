@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["average_precision", "classification_metrics", "evaluate", "improved", "masked_loss",
-           "monitor_metric", "regression_metrics", "roc_auc", "shard_loss"]
+           "monitor_metric", "one_class_tasks", "regression_metrics", "roc_auc", "shard_loss"]
 
 
 def masked_loss(out: Tensor, y: Tensor, task: str) -> Tensor:
@@ -179,6 +179,18 @@ def _one_class(yt: np.ndarray, name: str, part: str) -> str:
     if yt.size == 0:
         return f"task {name!r}: no label in the {part}"
     return f"task {name!r}: only class {int(yt[0])} in the {part} ({yt.size} label(s))"
+
+
+def one_class_tasks(y: Tensor, names: Sequence[str], part: str = "data") -> list[str]:
+    """Why each task of ``y`` (M, T) whose labels are one class, or none, cannot have a
+    ROC-AUC on this part: the reasons :func:`classification_metrics` would give, known
+    before any model is trained."""
+    reasons = []
+    for t, name in enumerate(names):
+        yt = y[~torch.isnan(y[:, t]), t].numpy()  # (labelled,)
+        if not _both_classes(yt):
+            reasons.append(_one_class(yt, name, part))
+    return reasons
 
 
 def classification_metrics(y: Tensor, p: Tensor, names: Sequence[str],

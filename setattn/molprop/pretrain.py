@@ -76,6 +76,7 @@ from setattn.molprop.ensemble import Ensemble
 from setattn.molprop.featurize import featurize_csv
 from setattn.molprop.network import MoleculeNetwork
 from setattn.molprop.shipped import encoder_path
+from setattn.wording import counted
 
 __all__ = ["ARCHITECTURE", "PretrainConfig", "PretrainResult", "command_line", "encoder_ensemble",
            "encoder_network", "load_embedding_model", "load_encoder", "load_pretrained", "pretrain",
@@ -190,14 +191,19 @@ def draw_rows(n_rows: int, molecules: int, seed: int) -> list[int]:
     return rows if molecules == 0 else rows[:molecules]
 
 
-def write_corpus(config: PretrainConfig, out: Path) -> Path:
+def write_corpus(config: PretrainConfig, out: Path, log: Log = print) -> Path:
     """``corpus.csv`` in ``out``: the drawn SMILES with their row in the corpus file.
 
     Raises:
-        FileNotFoundError, ValueError: the corpus file or its SMILES column is missing.
+        FileNotFoundError, ValueError: the corpus file or its SMILES column is missing, or
+        the file has no row.
     """
     table = read_molecule_table(config.corpus, config.smiles_column, [])
-    rows = draw_rows(len(table.smiles), config.molecules, config.seed)
+    n_rows = len(table.smiles)
+    if n_rows == 0:
+        raise ValueError(f"{config.corpus}: no rows below the header, nothing to pretrain on")
+    rows = draw_rows(n_rows, config.molecules, config.seed)
+    log(f"drew {len(rows):,} of the {n_rows:,} rows of {config.corpus}")
     path = out / CORPUS_FILE
     with atomic_open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
@@ -252,15 +258,15 @@ def featurize_corpus(corpus: Path, out: Path, descriptors: str, *, progress: boo
     data: list[Data] = []
     skipped = 0
     files = _shard_files(corpus, out)
-    with tqdm(total=len(files) * SHARD, desc="featurise", unit="mol", disable=not progress,
+    with open(corpus, newline="") as handle:
+        rows = sum(1 for _ in csv.reader(handle)) - 1  # below the header
+    with tqdm(total=rows, desc="featurise", unit="mol", disable=not progress,
               smoothing=0.1) as bar:
         for file in files:
             part = featurize_csv(file, "smiles", [], width, max_heavy_atoms=MAX_HEAVY_ATOMS)
             data.extend(part.data)
             skipped += len(part.failures)
             bar.update(len(part.data) + len(part.failures))
-        bar.total = bar.n
-        bar.refresh()
     return data, skipped
 
 
@@ -520,23 +526,24 @@ def pretrain(config: PretrainConfig | None, out_dir: str | Path, *, resume: bool
                              f"({RECORD_FILE}); continue it with --resume or choose "
                              f"another folder")
         out.mkdir(parents=True, exist_ok=True)
-        _record(out, config, provenance, [], 0, {}, {}, False)  # the settings, for --resume
     started = time.perf_counter()
     corpus = out / CORPUS_FILE
     if not (resume and corpus.is_file()):
-        log(f"drawing {config.molecules or 'all':,} molecules from {corpus_file}"
-            if config.molecules else f"reading every molecule of {corpus_file}")
-        corpus = write_corpus(config, out)
+        corpus = write_corpus(config, out, log)  # an empty corpus stops here, no record
+    if not resume:
+        _record(out, config, provenance, [], 0, {}, {}, False)  # the settings, for --resume
     data, skipped = featurize_corpus(corpus, out, config.descriptors, progress=progress)
     n_held = max(1, round(config.holdout * len(data)))
     if len(data) - n_held < config.batch_size:
-        raise ValueError(f"{config.corpus}: {len(data)} valid molecules, too few to "
-                         f"pretrain with batches of {config.batch_size}")
+        raise ValueError(f"{config.corpus}: {counted(len(data), 'valid molecule')} "
+                         f"({counted(skipped, 'row')} skipped: invalid or too large), too "
+                         f"few to pretrain with batches of {config.batch_size} and a "
+                         f"held-out part of {config.holdout:g}")
     train, held = data[:-n_held], data[-n_held:]
     featurised = time.perf_counter() - started
     molecules = {"train": len(train), "held_out": len(held), "skipped": skipped}
     log(f"pretraining on {len(train):,} molecules, {len(held):,} held out "
-        f"({skipped:,} rows skipped: invalid or too large)")
+        f"({counted(skipped, 'row')} skipped: invalid or too large)")
     targets = Targets.fit(torch.cat([d.descriptors for d in train]))
     device = resolve_device(config.device)
     targets = Targets(**{k: v.to(device) for k, v in targets.to_dict().items()})

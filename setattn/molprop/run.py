@@ -70,7 +70,7 @@ from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weigh
 from setattn.molprop.featurize import featurize_csv, report_failures, skipped_rows
 from setattn.molprop.kernels import KernelConfig, KernelPart
 from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
-from setattn.molprop.metrics import evaluate
+from setattn.molprop.metrics import evaluate, one_class_tasks
 from setattn.molprop.network import MoleculeNetwork, target_scaling
 from setattn.molprop.pretrain import (
     encoder_network,
@@ -79,6 +79,7 @@ from setattn.molprop.pretrain import (
     pretrained_architecture,
 )
 from setattn.viz import plot_training_curve
+from setattn.wording import counted
 
 __all__ = ["TYPICAL_ATOMS", "EpochLog", "MemoryEstimate", "available_memory", "check_memory",
            "component_metrics", "ensemble_scores", "kernel_memory", "kernel_size",
@@ -435,8 +436,9 @@ def _read_parts(run: RunConfig, log: Log) -> _Parts:
             raise ValueError(f"{source}: column {run.split_column!r} names no {name} row "
                              f"among the {len(data)} valid molecules")
         if run.split != "column":
-            raise SettingError("split_sizes", f"the {name} part of {len(data)} molecules "
-                               f"is empty; use more data or other fractions", colon=True)
+            raise SettingError("split_sizes", f"the {name} part is empty with "
+                               f"{counted(len(data), 'valid molecule')}; "
+                               f"use more data or other fractions", colon=True)
     if torch.isnan(stacked_targets(parts[1])).all():
         raise ValueError(f"{source}: the validation part has no labels at all")
     return _Parts(data, list(molecules.failures), *parts, list(molecules.notes),
@@ -719,6 +721,20 @@ def _vector_encoder(run: RunConfig) -> MoleculeNetwork | None:
         raise CheckpointError(f"argument --kernel-vectors: {err}") from None
 
 
+def _one_class_notes(run: RunConfig, parts: _Parts) -> list[str]:
+    """Before training, a note for each classification target with a single class (or
+    no label) in a part, and what that means there; none for regression."""
+    if run.task != "classification":
+        return []
+    effects = (("training part", parts.train, "the networks learn it from that alone"),
+               ("validation part", parts.val, "early stopping's validation ROC-AUC leaves "
+                                              "it out"),
+               ("test part", parts.test, "its test ROC-AUC will be undefined"))
+    return [f"note: {reason}; {effect}" for part, data, effect in effects if data
+            for reason in one_class_tasks(stacked_targets(data, len(run.target_columns)),
+                                          run.target_columns, part)]
+
+
 def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None,
            vector_encoder: MoleculeNetwork | None, *, resume: bool,
            callback: Callable[[list[dict]], None] | None, log: Log,
@@ -726,8 +742,10 @@ def _train(run: RunConfig, parts: _Parts, out: Path, encoder: dict | None,
     """The kernel ridge (with ``vector_encoder``'s vector ridge when given) and the
     ensemble on ``parts``, the curve; the metrics."""
     main = distributed.world().is_main
-    log(f"{Path(run.data).name}: {len(parts.data)} molecules, split {run.split} (seed "
+    log(f"{Path(run.data).name}: {counted(len(parts.data), 'molecule')}, split {run.split} (seed "
         f"{run.seed}): {len(parts.train)} train / {len(parts.val)} val / {len(parts.test)} test")
+    for note in _one_class_notes(run, parts):
+        log(note)
     size, fingerprints, fitted = _kernel_size(run, len(parts.train), log, out, resume)
     kernel = kernel_info = None
     if size:

@@ -50,6 +50,18 @@ from setattn.topology import Edges, edges
 _last_loops: list[tuple[Tensor, int, int, Tensor, int]] = []
 
 
+def _without_self_loops(edge_index: Tensor, edge_attr: Tensor | None
+                        ) -> tuple[Tensor, Tensor | None]:
+    """``remove_self_loops``; on the CPU a graph without any (a molecule's) is returned
+    as it is, without the boolean indexing's compaction, which a new batch of small
+    graphs would pay on every call. On other devices that check would read the device
+    once more, and a compiled or exported graph keeps one path for any edge list."""
+    if (edge_index.device.type == "cpu" and not torch.compiler.is_compiling()
+            and not bool((edge_index[0] == edge_index[1]).any())):
+        return edge_index, edge_attr
+    return remove_self_loops(edge_index, edge_attr)
+
+
 def with_self_loops(edge_index: Tensor, edge_attr: Tensor | None, num_nodes: int,
                     fill_value: float | Tensor | str) -> tuple[Tensor, Tensor | None]:
     """Replace existing self loops by one per node i < num_nodes (PyG's rule for GAT)."""
@@ -59,7 +71,7 @@ def with_self_loops(edge_index: Tensor, edge_attr: Tensor | None, num_nodes: int
         if (given is edge_index and version == edge_index._version and n == num_nodes
                 and looped_version == looped._version):
             return looped, None
-    looped, looped_attr = add_self_loops(*remove_self_loops(edge_index, edge_attr),
+    looped, looped_attr = add_self_loops(*_without_self_loops(edge_index, edge_attr),
                                          fill_value=fill_value, num_nodes=num_nodes)
     if memo:
         _last_loops[:] = [(edge_index, edge_index._version, num_nodes, looped, looped._version)]

@@ -213,6 +213,14 @@ def test_fit_checks_the_keywords_before_it_writes_anything(tmp_path):
     (["CCO", None], [1.0, 2.0], None, TypeError, "argument smiles: item 1 is NoneType"),
     (["CCO", "CCC"], [1.0, "x"], None, ValueError, "argument y: not numbers"),
     (["CCO", "CCC"], [1.0, np.inf], None, ValueError, "argument y: row 1, column 0: inf"),
+    (["CCO", "CCC"], [1.0, -1e300], None, ValueError,
+     "argument y: row 1, column 0: -1e+300 is not a finite number within float32"),
+    (["CCO", "CCC"], [np.nan, np.nan], None, ValueError, "argument y: every value is NaN"),
+    (["CCO", "CCC"], [[1.0, np.nan], [2.0, np.nan]], None, ValueError,
+     "argument y: every value of column 1 is NaN, so it has no label"),
+    (["CCO", "CCC"], [1.0, 2.0], (["CO"], [np.nan]), ValueError,
+     "argument val[1]: every value is NaN"),
+    ([], [], None, ValueError, "argument smiles: no molecule to train on"),
     (["CCO", "CCC"], [[1.0, 2.0], [3.0, 4.0]], None, ValueError,
      "argument target_columns: 1 name(s) for the 2 column(s) of y"),
     (["CCO", "CCC"], [1.0, 2.0], (["CO"], [[1.0, 2.0]]), ValueError,
@@ -293,8 +301,8 @@ def test_a_split_too_small_names_the_keyword():
     """A check made during fit names the keyword too (``--split-sizes`` on the command
     line)."""
     model = MoleculePredictor(verbose=False, **OPTIONS)
-    with pytest.raises(ValueError, match=r"^split_sizes: the \w+ part of 3 molecules is "
-                                         r"empty") as info:
+    with pytest.raises(ValueError, match=r"^split_sizes: the \w+ part is empty with 3 "
+                                         r"valid molecules") as info:
         model.fit(["CCO", "CCC", "CCN"], [1.0, 2.0, 3.0])
     assert "--" not in str(info.value)
 

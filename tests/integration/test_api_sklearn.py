@@ -165,6 +165,10 @@ def test_mols_arrays_and_smiles_give_the_same_predictions(freesolv):
     np.testing.assert_array_equal(on_smiles.predict(np.array(mols, dtype=object)),
                                   on_smiles.predict(mols))
     assert on_smiles.score(smiles, y) == pytest.approx(on_smiles.score(mols, y))
+    with pytest.raises(ValueError, match=r"argument y: expected shape \(3,\) or \(3, T\)"):
+        on_smiles.score(smiles[:3], y[:2])
+    with pytest.raises(ValueError, match="argument y: 2 target column.s., the model predicts 1"):
+        on_smiles.score(smiles[:3], np.ones((3, 2)))
     with pytest.raises(TypeError, match="argument smiles: item 1 is float 2.0, not a SMILES"):
         on_smiles.predict(["CCO", 2.0])
 

@@ -43,6 +43,11 @@ def test_rows_stay_aligned_with_errors(ensemble, tmp_path, capsys):
                              "--output", output, "--num-threads", "1"], capsys)
     assert status == 0
     assert "wrote 41 rows" in stdout and "5 invalid or skipped SMILES" in stdout
+    one = tmp_path / "one.csv"
+    one.write_text("smiles\nCCO\n")
+    status, stdout, _ = run(["predict", "--model", ensemble, "--data", one, "--output",
+                             tmp_path / "one_out.csv", "--num-threads", "1"], capsys)
+    assert status == 0 and "wrote 1 row to" in stdout
     preds = read_csv(output)
     source = read_csv(BAD_SMILES_CSV)
     assert list(preds[0]) == ["smiles", "logS", "logS_std", "logS_lower", "logS_upper", "error"]

@@ -436,6 +436,10 @@ def test_single_class_test_part_reports_roc_auc_as_undefined(tmp_path, capsys):
     assert status == 0, err
     reason = f"task 'active': only class 0 in the test part ({len(test)} label(s))"
     assert f"ROC-AUC undefined ({reason})" in stdout
+    # said before training too, with what it means, and only for the part it concerns
+    note = f"note: {reason}; its test ROC-AUC will be undefined"
+    assert note in stdout and stdout.index(note) < stdout.index(f"ROC-AUC undefined ({reason})")
+    assert "in the training part" not in stdout and "in the validation part" not in stdout
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test"]["roc_auc"] is None
     assert metrics["test"]["roc_auc_undefined"] == reason

@@ -196,6 +196,22 @@ def test_cli_pretrain_errors_name_the_flag(corpus, pretrained, tmp_path, capsys)
     assert "argument --epochs: is 5, but the pretraining" in capsys.readouterr().err
 
 
+def test_a_corpus_too_small_is_named_with_its_counts(tmp_path):
+    empty, small = tmp_path / "empty.csv", tmp_path / "small.csv"
+    empty.write_text("smiles\n")
+    small.write_text("smiles\nCCO\nnot a smiles\n")
+    with pytest.raises(ValueError, match="empty.csv: no rows below the header"):
+        pt.pretrain(pt.PretrainConfig(corpus=str(empty), **TINY), tmp_path / "a",
+                    progress=False, log=lambda line: None)
+    assert not (tmp_path / "a" / pt.RECORD_FILE).exists()  # nothing to resume
+    lines: list[str] = []
+    with pytest.raises(ValueError, match=r"small.csv: 1 valid molecule \(1 row skipped: "
+                       r"invalid or too large\), too few to pretrain with batches of 32"):
+        pt.pretrain(pt.PretrainConfig(corpus=str(small), **TINY), tmp_path / "b",
+                    progress=False, log=lines.append)
+    assert lines == [f"drew 2 of the 2 rows of {small}"]
+
+
 def test_fine_tuning_starts_from_the_encoder_and_freezes_it(pretrained, tmp_path):
     encoder = pretrained / pt.ENCODER_FILE
     run = new_run({"data": str(FREESOLV), "target_columns": ["expt"], "epochs": 2,

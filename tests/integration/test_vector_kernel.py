@@ -181,6 +181,8 @@ def test_embed_reads_the_shipped_encoder(tmp_path, capsys):
     assert status == 0, err
     header = (tmp_path / "v.csv").read_text().splitlines()[0].split(",")
     assert header[0] == "smiles" and len(header) == 2 + 384
+    status, usage, _ = run(["embed", "--help"], capsys)
+    assert status == 0 and "or default: the encoder shipped" in " ".join(usage.split())
 
 
 def test_the_shipped_encoder_is_package_data():

@@ -129,8 +129,11 @@ def test_a_record_knows_whether_the_code_it_exercises_changed_since(record, tmp_
     assert sorted(record.library_trees("engine", first, repo)["paths"]) == engine  # no cli/
     assert sorted(record.library_trees("layers", first, repo)["paths"]) == sorted(
         [*engine, "setattn/nn"])
+    assert sorted(record.library_trees("scaling", first, repo)["paths"]) == engine
+    assert sorted(record.library_trees("examples", first, repo)["paths"]) == sorted(
+        [*engine, "setattn/nn"])  # no molprop/, cli/ or serve/
     runs = {name: {"benchmark": name, "commit": first, "dirty": False}
-            for name in ("engine", "molecules", "predict")}
+            for name in ("engine", "molecules", "predict", "examples")}
     stored = {**runs["molecules"], "library": trees}  # as make_record writes it
 
     def status() -> dict:
@@ -140,10 +143,12 @@ def test_a_record_knows_whether_the_code_it_exercises_changed_since(record, tmp_
     assert set(status().values()) == {"current"}
     _commit(repo, {"setattn/cli/main.py": "c2", "README.md": "r2"})
     assert status() == {"engine": "current", "molecules": "current", "predict": "earlier",
-                        "stored": "current"}
+                        "examples": "current", "stored": "current"}
     _commit(repo, {"setattn/molprop/m.py": "m2"})
     assert status() == {"engine": "current", "molecules": "earlier", "predict": "earlier",
-                        "stored": "earlier"}
+                        "examples": "current", "stored": "earlier"}
+    _commit(repo, {"setattn/nn/conv.py": "n2"})
+    assert status()["examples"] == "earlier"
     _commit(repo, {"setattn/scores.py": "s2"})
     assert status()["engine"] == "earlier"
     assert record.currency({**runs["engine"], "dirty": True}, repo) == "unknown"

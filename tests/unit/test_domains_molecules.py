@@ -225,6 +225,11 @@ def test_size_limit_and_time_budget_skip_a_molecule_with_the_reason():
         mol_to_data(chain, max_heavy_atoms=300, row=4, source="x.csv")
     assert err.value.row == 4 and err.value.smiles == chain
     assert "(301 characters)" in str(err.value)  # a long SMILES is shortened in messages
+    # the limit is named for Python callers and the command line alike
+    assert "(max_heavy_atoms; on the command line --max-heavy-atoms)" in str(err.value)
+    with pytest.raises(MoleculeSkippedError, match="not read") as err:
+        mol_to_data("C" * 200, max_heavy_atoms=5)
+    assert "limit of 5 heavy atoms (max_heavy_atoms; on the command line" in str(err.value)
     # the largest fragment is what counts: a big counter-ion mixture of small parts is fine
     assert mol_to_data(".".join(["CCO"] * 200), max_heavy_atoms=300).num_nodes == 3
     # a budget of 0 s stops the descriptors after the first one

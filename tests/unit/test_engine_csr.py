@@ -21,10 +21,10 @@ def _edges(n_rows: int, n_cols: int, e: int, seed: int) -> tuple[torch.Tensor, t
 
 
 def _dense(rows, cols, values, n_rows, n_cols, heads):
-    """(R * H, C * H) float64: head h of edge e at (rows[e] * H + h, cols[e] * H + h)."""
+    """(H * R, H * C) float64: head h of edge e at (h * R + rows[e], h * C + cols[e])."""
     hs = torch.arange(heads)
-    r = (rows[:, None] * heads + hs).flatten()  # (E * H,)
-    c = (cols[:, None] * heads + hs).flatten()  # (E * H,)
+    r = (rows[:, None] + hs * n_rows).flatten()  # (E * H,)
+    c = (cols[:, None] + hs * n_cols).flatten()  # (E * H,)
     out = torch.zeros(n_rows * heads, n_cols * heads, dtype=torch.float64)
     return out.index_put_((r, c), values.flatten(), accumulate=True)
 
@@ -50,8 +50,8 @@ def test_layout_is_the_block_diagonal_matrix(n_rows, n_cols, e, heads):
                                          (500, 40_000, 3), (7, 33_000, 1)])  # torch sort
 def test_numpy_and_torch_agree(n_rows, e, heads):
     rows, cols = _edges(n_rows, n_rows + 2, e, seed=3 * e + heads)
-    by_numpy = _csr_numpy(rows.numpy(), cols.numpy(), n_rows, heads)
-    by_torch = _csr_torch(rows, cols, n_rows, heads)
+    by_numpy = _csr_numpy(rows.numpy(), cols.numpy(), n_rows, n_rows + 2, heads)
+    by_torch = _csr_torch(rows, cols, n_rows, n_rows + 2, heads)
     for a, b in zip(by_numpy, by_torch):
         assert torch.equal(torch.from_numpy(a), b)
     side = csr_side(rows, cols, n_rows, n_rows + 2, heads)

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "setattn"
 # the lowest layer first; a module belongs to the first prefix that matches it
 LAYERS = [
     ("setattn.topology", "setattn.scores", "setattn.capture", "setattn.files",
-     "setattn.matmul", "setattn.attention_graph"),
+     "setattn.matmul", "setattn.attention_graph", "setattn.wording"),
     ("setattn.engine",),
     ("setattn.nn",),
     ("setattn.domains", "setattn.chem"),  # chem: the molecule descriptors mol_to_data reads

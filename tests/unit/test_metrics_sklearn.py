@@ -92,3 +92,16 @@ def test_classification_metrics_unchanged_on_tasks_with_missing_labels():
         expected.append(_old_roc_auc(yt, pt))
     assert math.isnan(result["per_task"]["c"]["roc_auc"])
     assert result["roc_auc"] == pytest.approx(np.mean(expected), abs=1e-12)
+
+
+def test_one_class_tasks_gives_the_reasons_classification_metrics_will_give():
+    nan = math.nan
+    y = torch.tensor([[0.0, 1.0, nan, 0.0], [1.0, 1.0, nan, 0.0], [0.0, nan, nan, 0.0]])
+    names = ["mixed", "ones", "empty", "zeros"]
+    reasons = metrics.one_class_tasks(y, names, "test part")
+    assert reasons == ["task 'ones': only class 1 in the test part (2 label(s))",
+                       "task 'empty': no label in the test part",
+                       "task 'zeros': only class 0 in the test part (3 label(s))"]
+    scored = metrics.classification_metrics(y, torch.rand(3, 4), names, "test part")
+    assert [scored["per_task"][n]["roc_auc_undefined"] for n in names[1:]] == reasons
+    assert metrics.one_class_tasks(y[:, :1], names[:1]) == []

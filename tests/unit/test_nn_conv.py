@@ -182,3 +182,21 @@ def test_self_loop_memo_follows_the_edge_tensor(ours, theirs):
     ei[0, :5] = 8  # in place: the memo must notice
     assert_close(mine(x, ei), ref(x, ei))
     assert_close(mine(x[:8], ei.clamp_max(7)), ref(x[:8], ei.clamp_max(7)))
+
+
+@pytest.mark.parametrize("ours,theirs", PAIRS)
+def test_a_graph_without_self_loops_matches_pyg_exactly_and_keeps_its_edges(ours, theirs):
+    from torch_geometric.utils import remove_self_loops
+
+    from setattn.nn.conv_base import _without_self_loops
+
+    x, ei, ea = random_graph(5, 12, 40, 4)
+    ei, ea = remove_self_loops(ei, ea)  # a molecule's graph: no self loops
+    assert _without_self_loops(ei, ea)[0] is ei  # nothing to remove: no copy
+    looped = torch.cat([ei, torch.tensor([[2], [2]])], 1)  # one self loop
+    got, want = _without_self_loops(looped, None), remove_self_loops(looped, None)
+    assert torch.equal(got[0], want[0]) and got[1] is None
+    ref = theirs(4, 3, heads=2, edge_dim=3)
+    randomize(ref)
+    layer = ours.from_pyg(ref)
+    torch.testing.assert_close(layer(x, ei, ea), ref(x, ei, ea), rtol=0, atol=TOL)
