@@ -429,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = merged(rows, row)
         print(f"{name}: {row[2]}", file=sys.stderr, flush=True)
         finish(examples_record(rows), out)  # each row lands as it finishes
+    args.work.mkdir(parents=True, exist_ok=True)  # the CNN-rand row writes nothing there
     (args.work / "rows.json").write_text(json.dumps(rows, indent=1))
 
 
