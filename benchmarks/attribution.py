@@ -18,7 +18,7 @@ regression, the kernel ridge included: what users run) on a random 80/10/10 spli
 method explains the run's ensemble, as ``setattn explain`` does. The molecules are each
 SMILES's largest fragment, written as canonical SMILES.
 
-    python benchmarks/attribution.py --limit 250          # everything (~1 h on 2 cores)
+    python benchmarks/attribution.py --limit 250          # everything (~35 min, 1 core)
     python benchmarks/attribution.py --sets bundled --parts val --limit 100 --out x.json
 
 Task CSVs and runs go to ``--work``. Each (task, set) is stored when it finishes, its
@@ -51,6 +51,8 @@ from setattn.explain import METHODS
 from setattn.molprop.checkpoint import load_run
 from setattn.molprop.explain import explain_molecule
 
+from helpers.molecule_jobs import library_digest
+from helpers.molecule_jobs import source_files as set_files
 from helpers.record import (
     STORE,
     file_digest,
@@ -60,7 +62,6 @@ from helpers.record import (
     run_key,
     store_run,
     table,
-    tree_digest,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,9 +79,7 @@ SOURCES = {  # set -> task -> SMILES source
 
 def source_files(name: str) -> list[Path]:
     """The files a SMILES source reads (one CSV, or both Huuskonen SD files)."""
-    if name.endswith(".csv"):
-        return [DATA / name]
-    return [DATA / f"solubility.{part}.sdf" for part in ("train", "test")]
+    return [DATA / name] if name.endswith(".csv") else set_files("huuskonen")
 
 
 def source_smiles(name: str) -> list[str]:
@@ -290,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     RDLogger.DisableLog("rdApp.*")
     torch.set_num_threads(1)
     start = os.getloadavg()[0]
-    library = tree_digest(ROOT / "setattn")
+    library = library_digest()
     results = {}
     for name in args.sets:
         for task in args.tasks:
