@@ -37,6 +37,9 @@ one message-passing step, batches of 96) and chemprop's defaults run one after a
 the order rotating each round; each ratio is taken within a round and the median
 printed. Training throughput = training molecules x epochs / training seconds (setattn:
 its ``train_seconds``; chemprop: Lightning's ``Trainer.fit``); s/run is the whole command.
+An untimed setattn run of one model and one epoch goes first (``warm_up``), so that no
+round times the compilation of the CPU kernels into Numba's cache, which a checkout's
+first run makes once per machine.
 Intervals: coverage, Spearman of |error| with the width, and mean width of setattn's
 split-conformal 90 % intervals on the test part (regression sets).
 
@@ -70,6 +73,7 @@ from helpers.molecule_jobs import (
     split_labels,
     stored_record,
     tool_flags,
+    warm_up,
     write_csv,
 )
 from helpers.record import (
@@ -255,10 +259,16 @@ def run_rounds(name: str, kind: str, seed: int, args: argparse.Namespace) -> Non
     each run stored at once (``molecules_rounds/``)."""
     spec = SETS[name]
     data, columns = _columns(name, [kind], [seed])
+    warm = False
     for r in range(args.rounds):
         settings = round_settings(args.out / f"round{r}", args.threads, r, args.store)
         write_csv(settings.out / name / "data.csv", data, spec.targets, columns)
         job = split_data(name, data, kind, seed, settings, columns)
+        if not warm and any(stored_record(job, t, settings) is None for t in ROUND_TOOLS):
+            seconds = warm_up(job, settings)  # Numba's cache filled before any timing
+            print(f"warm-up run (untimed) {name} {kind} seed {seed}: {seconds:.0f} s",
+                  file=sys.stderr, flush=True)
+            warm = True
         for tool in _order(r):
             if run_job(job, tool, settings) is not None:
                 record = stored_record(job, tool, settings)

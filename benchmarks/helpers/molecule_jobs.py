@@ -303,19 +303,41 @@ def setattn_result(metrics: dict, run_dir: Path, metric: str) -> dict:
     }
 
 
-def _run_setattn(job: Job, run_dir: Path, settings: RunSettings) -> dict:
+def _setattn_command(job: Job, run_dir: Path, settings: RunSettings,
+                     extra: tuple[str, ...] = ()) -> list[str]:
     spec = SETS[job.dataset]
     exe = Path(sys.executable).parent / "setattn"
-    cmd = [str(exe), "train", "--data", str(job.data), "--smiles-column", "smiles",
-           "--target-columns", *spec.targets, "--task", spec.task, "--split", "column",
-           "--split-column", job.column, "--seed", str(job.seed), "--output-dir", str(run_dir),
-           "--num-threads", str(settings.threads), *settings.setattn_flags]
+    return [str(exe), "train", "--data", str(job.data), "--smiles-column", "smiles",
+            "--target-columns", *spec.targets, "--task", spec.task, "--split", "column",
+            "--split-column", job.column, "--seed", str(job.seed), "--output-dir",
+            str(run_dir), "--num-threads", str(settings.threads), *settings.setattn_flags,
+            *extra]
+
+
+def _timed_setattn(cmd: list[str], log: Path, settings: RunSettings) -> float:
     # featurisation from scratch in every run, as chemprop does (no feature cache hit),
     # in as many processes as the tools' threads (setattn's default uses every core on
     # sets of 2,000 rows or more; one process when threads is 1)
-    seconds = timed(cmd, run_dir.parent / f"{run_dir.name}.log",
-                                    settings.threads, SETATTN_CACHE_DIR="off",
-                                    SETATTN_FEATURIZE_WORKERS=str(settings.threads))
+    return timed(cmd, log, settings.threads, SETATTN_CACHE_DIR="off",
+                 SETATTN_FEATURIZE_WORKERS=str(settings.threads))
+
+
+def warm_up(job: Job, settings: RunSettings) -> float:
+    """One untimed setattn model of one epoch on ``job``, before a cost round times
+    anything: a checkout's first run compiles the CPU kernels into Numba's cache (once
+    per machine, tens of seconds), which the rounds should not time. Returns its
+    seconds; its run folder is ``settings.out / "warm-up"``."""
+    run_dir = settings.out / "warm-up" / job.dataset
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    cmd = _setattn_command(job, run_dir, settings, ("--epochs", "1", "--ensemble-size", "1"))
+    return _timed_setattn(cmd, run_dir.parent / f"{job.dataset}.log", settings)
+
+
+def _run_setattn(job: Job, run_dir: Path, settings: RunSettings) -> dict:
+    spec = SETS[job.dataset]
+    seconds = _timed_setattn(_setattn_command(job, run_dir, settings),
+                             run_dir.parent / f"{run_dir.name}.log", settings)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     seen = {part: metrics["split"][part] for part in ("train", "val", "test")}
     if seen != job.counts():

@@ -160,6 +160,35 @@ def test_each_tool_goes_first_in_turn(bench):
     assert all(sorted(molecules._order(r)) == sorted(molecules.ROUND_TOOLS) for r in range(4))
 
 
+@pytest.mark.parametrize("stored", [False, True])
+def test_an_untimed_warm_up_comes_before_the_first_timed_run(bench, monkeypatch, tmp_path,
+                                                            stored):
+    """The kernels' first compilation is never timed: one warm-up run precedes a call's
+    first round run, and none is made when every round is stored already."""
+    _, molecules = bench
+    calls = []
+    monkeypatch.setattr(molecules, "_columns", lambda name, kinds, seeds: ([], {}))
+    monkeypatch.setattr(molecules, "write_csv", lambda *args: None)
+    monkeypatch.setattr(molecules, "split_data",
+                        lambda name, data, kind, seed, settings, columns: settings.round)
+    monkeypatch.setattr(molecules, "stored_record",
+                        lambda job, tool, settings: {"result": {"mol_per_s": 1.0}}
+                        if stored or calls.count(("run", job, tool)) else None)
+    monkeypatch.setattr(molecules, "warm_up",
+                        lambda job, settings: calls.append(("warm", job)) or 1.0)
+    monkeypatch.setattr(molecules, "run_job",
+                        lambda job, tool, settings: None if stored
+                        else calls.append(("run", job, tool)) or {})
+    args = SimpleNamespace(rounds=2, out=tmp_path, threads=1, store=tmp_path)
+    molecules.run_rounds("esol", "random", 10, args)
+    if stored:
+        assert calls == []
+    else:
+        assert calls[0] == ("warm", 0)
+        assert [c for c in calls[1:] if c[0] == "warm"] == []
+        assert len(calls) == 1 + 2 * len(molecules.ROUND_TOOLS)
+
+
 def _round(ours: float, theirs: float, ours_s: float, default_s: float) -> dict:
     return {"setattn": {"result": {"mol_per_s": ours, "seconds": ours_s, "parameters": 7}},
             "chemprop_w96": {"result": {"mol_per_s": theirs, "seconds": 1.0}},
@@ -273,6 +302,26 @@ def test_setattn_featurises_with_the_tools_thread_count(bench, monkeypatch, tmp_
     with pytest.raises(RuntimeError, match="stop before training"):
         jobs._run_setattn(job, tmp_path / "run", settings)
     assert seen == {"threads": 1, "SETATTN_CACHE_DIR": "off", "SETATTN_FEATURIZE_WORKERS": "1"}
+
+
+def test_the_warm_up_is_one_model_of_one_epoch_in_its_own_folder(bench, monkeypatch,
+                                                                 tmp_path):
+    jobs, _ = bench
+    seen = {}
+
+    def fake_timed(cmd, log, threads, **env):
+        seen.update(cmd=cmd, log=log, env=env)
+        return 2.0
+
+    monkeypatch.setattr(jobs, "timed", fake_timed)
+    settings = jobs.RunSettings(tmp_path, "test", threads=1, round=0,
+                                setattn_flags=("--ensemble-size", "5"))
+    job = jobs.Job("esol", "random", 10, tmp_path / "data.csv", "random10", [], table=None)
+    assert jobs.warm_up(job, settings) == 2.0
+    cmd = seen["cmd"]
+    assert cmd[-4:] == ["--epochs", "1", "--ensemble-size", "1"]  # the last flag wins
+    assert cmd[cmd.index("--output-dir") + 1] == str(tmp_path / "warm-up" / "esol")
+    assert seen["env"]["SETATTN_CACHE_DIR"] == "off"
 
 
 def test_only_the_whole_benchmark_writes_the_maintained_record(bench, tmp_path):
