@@ -513,9 +513,13 @@ def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) ->
                       for i, tools in enumerate(found) for rec in tools.values()]}
     part = f", Report {args.report_part}" if args.report_part in REPORT_PARTS else ""
     single = ", one model each" if setattn_ensemble(shlex.split(args.setattn_flags)) == 1 else ""
-    return make_record("molecules", f"Molecules{part}: setattn against chemprop 2.3.1{single}",
-                       summary(quality, cost, records, raw["rounds"]), tables, args.threads,
-                       raw)
+    record = make_record("molecules", f"Molecules{part}: setattn against chemprop 2.3.1{single}",
+                         summary(quality, cost, records, raw["rounds"]), tables, args.threads,
+                         raw)
+    # the digest setattn's stored runs are keyed by: --setattn-library rebuilds the record
+    # from them after the library has changed
+    record["setattn_library"] = args.setattn_library or library_digest()
+    return record
 
 
 def record_path(args: argparse.Namespace) -> Path | None:
