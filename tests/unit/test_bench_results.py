@@ -79,13 +79,3 @@ def test_each_decision_record_is_well_formed_and_has_its_experiment(record):
         rec = json.loads(path.read_text())
         assert record.problems(rec) == [], path.name
         assert (decisions / f"{rec['benchmark']}.py").is_file(), path.name
-
-
-def test_the_molecule_record_says_what_a_rerun_reproduced():
-    rec = json.loads((RESULTS / "molecules.json").read_text())
-    verified = rec["verified"]
-    assert set(verified["saved"]) == set(verified["rerun"])
-    saved, rerun = verified["saved"], verified["rerun"]
-    assert verified["equal_fields"] == [k for k in saved if saved[k] == rerun[k]]
-    close = all(abs(rerun[k] - saved[k]) <= 1e-5 * max(1.0, abs(saved[k])) for k in saved)
-    assert verified["reproduced"] == close  # to the printed digits and beyond
