@@ -518,7 +518,10 @@ def build_record(records: list[dict], rounds: dict, args: argparse.Namespace) ->
                          raw)
     # the digest setattn's stored runs are keyed by: --setattn-library rebuilds the record
     # from them after the library has changed
-    record["setattn_library"] = args.setattn_library or library_digest()
+    now = library_digest()
+    record["setattn_library"] = args.setattn_library or now
+    if record["setattn_library"] != now:  # another library's runs: the record is not today's
+        record["library"] = {"paths": {}, "tree": f"setattn {record['setattn_library']}"}
     return record
 
 
