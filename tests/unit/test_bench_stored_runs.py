@@ -318,10 +318,11 @@ def test_the_molecule_records_rebuild_from_the_committed_runs(bench, name, tmp_p
                     "--setattn-library", saved["setattn_library"]])
     rebuilt = json.loads(out.read_text())
     assert rebuilt["tables"] == saved["tables"]
+    if rebuilt["dirty"]:  # uncommitted setattn/ changes, or no git: no mark to compare
+        return
     assert stored.currency(rebuilt) == stored.currency(saved)  # earlier once setattn/ moved
     if name == "molecules_a.json":  # as if setattn/ had changed since the runs
         monkeypatch.setattr(molecules, "library_digest", lambda: "0" * 64)
         molecules.main([*args, "--record", str(out), "--out", str(tmp_path / "work"),
                         "--setattn-library", saved["setattn_library"]])
-        want = "unknown" if stored.currency(saved) == "unknown" else "earlier"  # git or not
-        assert stored.currency(json.loads(out.read_text())) == want
+        assert stored.currency(json.loads(out.read_text())) == "earlier"
