@@ -1,3 +1,6 @@
+import signal
+import threading
+
 import pytest
 import torch
 
@@ -25,3 +28,19 @@ def _feature_cache(tmp_path_factory):
         os.environ.pop("SETATTN_CACHE_DIR", None)
     else:
         os.environ["SETATTN_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_reaches_started_commands():
+    """Tests send Ctrl-C (SIGINT) to the commands they start. A test run started in the
+    background by a shell without job control (``nohup make test &`` in a script)
+    inherits SIGINT ignored, and so would every command it starts: an ignored signal
+    stays ignored across exec, and Python then installs no KeyboardInterrupt. Python's
+    own handler here gives those commands the default, as from a terminal."""
+    inherited = (threading.current_thread() is threading.main_thread()
+                 and signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+    if inherited:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if inherited:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
