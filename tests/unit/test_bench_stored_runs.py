@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+RESULTS = BENCH / "results"
 
 
 @pytest.fixture()
@@ -292,7 +293,6 @@ def test_report_b_reads_rdkit_features_made_once_under_its_own_key(bench, tmp_pa
         "tox21", "bace1", "bace1_active")
 
 
-RESULTS = BENCH / "results"
 MOLECULE_RECORDS = ["molecules.json", "molecules_a.json", "molecules_single.json"]
 
 
@@ -313,16 +313,18 @@ def test_the_molecule_records_rebuild_from_the_committed_runs(bench, name, tmp_p
     assert "--tables-only" in args, saved["command"]
     monkeypatch.setattr(jobs, "run_chemprop", lambda *a, **k: pytest.fail("trained"))
     monkeypatch.setattr(jobs, "_run_setattn", lambda *a, **k: pytest.fail("trained"))
-    out = tmp_path / name
-    molecules.main([*args, "--record", str(out), "--out", str(tmp_path / "work"),
-                    "--setattn-library", saved["setattn_library"]])
-    rebuilt = json.loads(out.read_text())
+
+    def rebuild() -> dict:
+        out = tmp_path / name
+        molecules.main([*args, "--record", str(out), "--out", str(tmp_path / "work"),
+                        "--setattn-library", saved["setattn_library"]])
+        return json.loads(out.read_text())
+
+    rebuilt = rebuild()
     assert rebuilt["tables"] == saved["tables"]
     if rebuilt["dirty"]:  # uncommitted setattn/ changes, or no git: no mark to compare
         return
     assert stored.currency(rebuilt) == stored.currency(saved)  # earlier once setattn/ moved
     if name == "molecules_a.json":  # as if setattn/ had changed since the runs
         monkeypatch.setattr(molecules, "library_digest", lambda: "0" * 64)
-        molecules.main([*args, "--record", str(out), "--out", str(tmp_path / "work"),
-                        "--setattn-library", saved["setattn_library"]])
-        assert stored.currency(json.loads(out.read_text())) == "earlier"
+        assert stored.currency(rebuild()) == "earlier"
