@@ -82,12 +82,33 @@ def _first_start(started: list[threading.Thread]) -> bool:
     return not started and threading.current_thread() is threading.main_thread()
 
 
+_FORK_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+_FORK_MASKS: list[set[signal.Signals]] = []  # the forking thread's mask while it forks
+
+
+def _hold_for_fork() -> None:
+    """Before a fork: the forking thread holds SIGTERM and SIGINT, and so does the child
+    (it inherits the mask), until the child has forgotten the wakeup descriptor. A signal
+    sent to the child before then would otherwise go through the descriptor the two
+    share and wake this process's watchdog. Signals to this process meanwhile go to
+    another thread, or wait until ``_release_after_fork``."""
+    _FORK_MASKS.append(signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_SIGNALS))
+
+
+def _release_after_fork() -> None:
+    """After a fork, in both processes: the mask as it was before the fork."""
+    if _FORK_MASKS:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _FORK_MASKS.pop())
+
+
 def _forget_wakeup() -> None:
-    """In a forked child: signals there are the child's own, not this watchdog's."""
+    """In a forked child: signals there are the child's own, not this watchdog's (a held
+    one is delivered now, once the descriptor is forgotten)."""
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:  # not the main thread (cannot happen right after a fork)
         pass
+    _release_after_fork()
 
 
 def _watch(read: int) -> None:
@@ -130,7 +151,8 @@ def end_when_stuck() -> bool:
     holds the signal until it returns. A watchdog thread, woken through
     ``signal.set_wakeup_fd`` while the call runs (torch releases the GIL), ends the
     process then (``os._exit``, status 128 + the signal). Forked children forget the
-    wakeup descriptor, so their signals never end this process. Nothing is done where
+    wakeup descriptor, holding SIGTERM and SIGINT until they have, so their signals
+    never end this process. Nothing is done where
     the descriptor is already someone else's (an event loop's) or off the main thread.
 
     Returns:
@@ -147,7 +169,8 @@ def end_when_stuck() -> bool:
         os.close(read)
         os.close(write)
         return False
-    os.register_at_fork(after_in_child=_forget_wakeup)
+    os.register_at_fork(before=_hold_for_fork, after_in_parent=_release_after_fork,
+                        after_in_child=_forget_wakeup)
     thread = threading.Thread(target=_watch, args=(read,), name="setattn-watchdog",
                               daemon=True)
     thread.start()

@@ -16,11 +16,13 @@ from molecule_runs import subprocess_env
 from setattn.cli.process import GRACE_SECONDS
 
 SCRIPT = """
-import multiprocessing, sys, time
+import multiprocessing, os, signal, sys, time
 import torch
 from setattn.cli import process
+if sys.argv[1] == "early":  # the child's SIGTERM comes before setattn's fork hook runs
+    os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))
 process.set_up("train", 1)
-if sys.argv[1] == "child":  # a forked worker stopped with SIGTERM: the parent goes on
+if sys.argv[1] in ("child", "early"):  # a forked worker stopped with SIGTERM: the parent goes on
     child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
     child.start()
     time.sleep(0.5)
@@ -62,8 +64,11 @@ def test_sigterm_inside_a_long_c_call_ends_the_command_after_the_grace():
 
 
 @pytest.mark.slow
-def test_a_forked_childs_sigterm_never_ends_the_parent():
-    process = _start("child")
+@pytest.mark.parametrize("when", ["child", "early"])
+def test_a_forked_childs_sigterm_never_ends_the_parent(when):
+    """``early``: the SIGTERM reaches the child right after the fork, before it has
+    forgotten the wakeup descriptor it shares with the parent."""
+    process = _start(when)
     try:
         out, err = process.communicate(timeout=60)
     finally:
