@@ -31,14 +31,32 @@ class CSRSide:
     """Sparsity pattern of a per-head block-diagonal matrix in CSR form.
 
     Row ``h * R + r`` holds head h of row node r; its column ``h * C + c`` is head h of
-    column node c. ``order`` maps every stored slot to its flat (edge * H + head)
-    position in an (E, H) tensor, so values are ``w.reshape(-1)[order]``.
+    column node c. Head h's block is the one-head layout shifted, so the slots of every
+    head hold the edges in the order ``by_row``: values are ``slot_values(side, w)``.
+    ``crow`` and ``col`` are int32 where every index fits (MKL's own index type on the
+    CPU: int64 ones are converted on every product), else int64.
     """
 
     crow: Tensor  # (H * R + 1,)
     col: Tensor  # (H * E,)
-    order: Tensor  # (H * E,)
+    by_row: Tensor  # (E,) int64: the edges sorted by row, ties in edge order
     shape: tuple[int, int]  # (H * R, H * C)
+
+
+INT32_LIMIT = 2**31 - 1
+
+
+def index_dtype(heads: int, n_rows: int, n_cols: int, e: int) -> torch.dtype:
+    """int32 where every CSR index of the layout fits in it, else int64."""
+    return torch.int32 if heads * max(n_rows, n_cols, e) < INT32_LIMIT else torch.int64
+
+
+def slot_values(side: CSRSide, w: Tensor) -> Tensor:
+    """Per-edge, per-head values (E, H) in ``side``'s slot order (H * E,): each head's
+    column gathered in row order (one transposing copy, then H gathers of E)."""
+    if w.shape[-1] == 1:
+        return w.reshape(-1).index_select(0, side.by_row)  # (E,)
+    return w.t().contiguous().index_select(1, side.by_row).reshape(-1)  # (H * E,)
 
 
 def csr_side(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, heads: int) -> CSRSide:
@@ -56,25 +74,25 @@ def csr_side(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, heads: int) -
     """
     shape = (n_rows * heads, n_cols * heads)
     if rows.device.type == "cpu":
-        crow, col, order = _csr_numpy(rows.numpy(), cols.numpy(), n_rows, n_cols, heads)
+        crow, col, by_row = _csr_numpy(rows.numpy(), cols.numpy(), n_rows, n_cols, heads)
         return CSRSide(torch.from_numpy(crow), torch.from_numpy(col),
-                       torch.from_numpy(order), shape)
+                       torch.from_numpy(by_row), shape)
     return CSRSide(*_csr_torch(rows, cols, n_rows, n_cols, heads), shape)
 
 
 def _csr_torch(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int,
                heads: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``csr_side``'s crow (H * R + 1,), col (H * E,) and order (H * E,), in torch (any
+    """``csr_side``'s crow (H * R + 1,), col (H * E,) and by_row (E,), in torch (any
     device)."""
     e = rows.numel()
+    dtype = index_dtype(heads, n_rows, n_cols, e)
     by_row = torch.sort(rows, stable=True).indices  # (E,)
     deg = torch.bincount(rows, minlength=n_rows)  # (R,) edges per row
     start = torch.cumsum(deg, 0)  # (R,) end of each row's edges
     hs = torch.arange(heads, device=rows.device)[:, None]  # (H, 1)
     crow = torch.cat([start.new_zeros(1), (start + hs * e).flatten()])  # (H * R + 1,)
     col = (cols[by_row] + hs * n_cols).flatten()  # (H * E,)
-    order = (by_row * heads + hs).flatten()  # (H * E,)
-    return crow, col, order
+    return crow.to(dtype), col.to(dtype), by_row
 
 
 TORCH_SORT_MIN_EDGES = 32768
@@ -85,29 +103,29 @@ whose call costs less on the few thousand edges of a batch of molecules."""
 
 def _csr_numpy(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int,
                heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``csr_side``'s crow (H * R + 1,), col (H * E,) and order (H * E,), in NumPy.
+    """``csr_side``'s crow (H * R + 1,), col (H * E,) and by_row (E,), in NumPy.
 
     The edges are sorted by row once (E keys, not H * E); every other array is one (H, E)
     or (H, R) broadcast written in order, with no scatter into fresh memory.
     """
     e = rows.shape[0]
+    dtype = np.int32 if index_dtype(heads, n_rows, n_cols, e) == torch.int32 else np.int64
     if e >= TORCH_SORT_MIN_EDGES:
         by_row = torch.sort(torch.from_numpy(rows), stable=True).indices.numpy()  # (E,)
     else:
         by_row = np.argsort(rows, kind="stable")  # (E,)
     by_row = by_row.astype(np.int64, copy=False)
     deg = np.bincount(rows, minlength=n_rows)  # (R,) edges per row
-    crow = np.zeros(n_rows * heads + 1, dtype=np.int64)  # (H * R + 1,)
+    crow = np.zeros(n_rows * heads + 1, dtype=dtype)  # (H * R + 1,)
     end = crow[1:].reshape(heads, n_rows)  # (H, R) view: the end of each block row
     np.cumsum(deg, out=end[0])
-    hs = np.arange(heads, dtype=np.int64)[:, None]  # (H, 1)
+    hs = np.arange(heads, dtype=dtype)[:, None]  # (H, 1)
     np.add(end[0], hs[1:] * e, out=end[1:])
-    sorted_cols = cols[by_row].astype(np.int64, copy=False)  # (E,)
+    sorted_cols = cols[by_row].astype(dtype, copy=False)  # (E,)
     if heads == 1:
         return crow, sorted_cols, by_row
     col = np.add(sorted_cols, hs * n_cols).ravel()  # (H * E,)
-    order = np.add(by_row * heads, hs).ravel()  # (H * E,)
-    return crow, col, order
+    return crow, col, by_row
 
 
 def csr_pair(top: Edges, heads: int) -> tuple[CSRSide, CSRSide]:
@@ -138,7 +156,7 @@ def _head_major(x: Tensor) -> Tensor:
 
 def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:
     """Per-edge weights (E, H) times node rows (C, H, D) -> (R, H, D), stored head-major."""
-    a = csr_tensor(side, w.reshape(-1).index_select(0, side.order))
+    a = csr_tensor(side, slot_values(side, w))
     heads, width = x.shape[1], x.shape[-1]
     # into a fresh row-major result: ``a @ x`` zero-fills a column-major one and copies it
     # back, two passes over cold memory that cost more than the product itself
@@ -149,10 +167,15 @@ def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:
 
 def _sddmm(side: CSRSide, a: Tensor, b: Tensor) -> Tensor:
     """<a_row, b_col> on every edge and head: a (R, H, D), b (C, H, D) -> (E, H)."""
+    heads = a.shape[1]
+    # zeros, not empty memory: torch's CPU kernel scales the pattern's values even with
+    # beta 0, so a NaN there would stay; the product is written into them in place
     pattern = csr_tensor(side, a.new_zeros(side.col.numel()))
-    vals = torch.sparse.sampled_addmm(pattern, _head_major(a), _head_major(b).t(), beta=0.0)
-    out = vals.values().new_empty(side.col.numel()).index_copy_(0, side.order, vals.values())
-    return out.view(-1, a.shape[1])  # (E, H)
+    torch.sparse.sampled_addmm(pattern, _head_major(a), _head_major(b).t(), beta=0.0,
+                               out=pattern)
+    vals = pattern.values().view(heads, -1)  # (H, E) in row order
+    out = vals.new_empty(heads, vals.shape[1]).index_copy_(1, side.by_row, vals)  # (H, E)
+    return out.t()  # (E, H)
 
 
 class EdgeSum(torch.autograd.Function):

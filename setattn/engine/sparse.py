@@ -51,7 +51,7 @@ def attend_edges(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Module,
     reuse = reuse_key_rows(v, pk, pk_e)
     if csr and not reuse:
         fwd, bwd = csr_pair(top, q.shape[1])
-        return EdgeSum.apply(wd.contiguous(), v.contiguous(), fwd, bwd), w
+        return EdgeSum.apply(wd, v, fwd, bwd), w
     v_e = pk_e if reuse else v.index_select(0, src)  # (E, H, Dv)
     msg = v_e * wd[..., None]  # (E, H, Dv)
     out = v.new_zeros(top.num_q, v.shape[1], v.shape[2]).index_add_(0, dst, msg)  # (Nq, H, Dv)

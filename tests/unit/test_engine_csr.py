@@ -4,13 +4,20 @@
   block-diagonal matrix those values make (duplicate edges summed), checked against a
   dense matrix built by index_put on distinct sizes, heads and edge orders;
 * the NumPy and torch computations give identical tensors, and ``csr_side`` returns
-  int64 index tensors on the edges' device.
+  int32 CSR indices (int64 where an index would not fit) on the edges' device.
 """
 
 import pytest
 import torch
 
-from setattn.engine.csr import _csr_numpy, _csr_torch, csr_side, csr_tensor
+from setattn.engine.csr import (
+    _csr_numpy,
+    _csr_torch,
+    csr_side,
+    csr_tensor,
+    index_dtype,
+    slot_values,
+)
 
 
 def _edges(n_rows: int, n_cols: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,12 +44,12 @@ def test_layout_is_the_block_diagonal_matrix(n_rows, n_cols, e, heads):
     side = csr_side(rows, cols, n_rows, n_cols, heads)
     assert side.shape == (n_rows * heads, n_cols * heads)
     assert side.crow.shape == (n_rows * heads + 1,) and side.col.shape == (e * heads,)
-    got = csr_tensor(side, values.reshape(-1)[side.order]).to_dense()
+    got = csr_tensor(side, slot_values(side, values)).to_dense()
     torch.testing.assert_close(got, _dense(rows, cols, values, n_rows, n_cols, heads),
                                rtol=0, atol=1e-12)
     # within a row the slots keep the edges' order (the layout is deterministic)
-    for row in range(n_rows * heads):
-        slots = side.order[side.crow[row]:side.crow[row + 1]]
+    for row in range(n_rows):
+        slots = side.by_row[side.crow[row]:side.crow[row + 1]]
         assert torch.all(slots[1:] > slots[:-1])
 
 
@@ -55,5 +62,12 @@ def test_numpy_and_torch_agree(n_rows, e, heads):
     for a, b in zip(by_numpy, by_torch):
         assert torch.equal(torch.from_numpy(a), b)
     side = csr_side(rows, cols, n_rows, n_rows + 2, heads)
-    assert {side.crow.dtype, side.col.dtype, side.order.dtype} == {torch.int64}
+    assert side.crow.dtype == side.col.dtype == torch.int32
+    assert side.by_row.dtype == torch.int64
     assert side.col.device == rows.device
+
+
+def test_indices_beyond_int32_are_int64():
+    assert index_dtype(4, 1000, 1000, 10**6) == torch.int32
+    assert index_dtype(4, 10, 10, 2**29) == torch.int64  # 4 * E slots
+    assert index_dtype(2, 2**30, 5, 7) == torch.int64  # 2 * R rows
