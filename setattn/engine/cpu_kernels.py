@@ -273,6 +273,100 @@ def gat_logit_grads(src, dst, pq, pk, ea, has_e, gs, slope):
 
 
 @njit(cache=True, fastmath=FAST, nogil=True)
+def gat_shifted_logits(indptr, src_rows, pq, pk, ea_rows, has_e, slope):
+    """GAT's logits for a large graph whose sum is a CSR product, in the CSR layout's row
+    order (the edges sorted by target), each shifted by its target's max per head (by 0
+    when that is not finite), as ``softmax_sum`` shifts them: only the source terms are
+    read at random. Their ``exp`` is one vectorised torch call, then
+    ``normalise_rows`` makes them weights.
+
+    Args:
+        indptr: (Nq + 1,) row pointers; src_rows: (E,) the sources in row order.
+        pq: (Nq, H), pk: (Nk, H) node terms; ea_rows: (E, H) edge terms in row order,
+            read only when ``has_e``; slope: the LeakyReLU slope.
+
+    Returns:
+        (H, E) shifted logits, head by head in row order.
+    """
+    nq, heads, e_all = indptr.shape[0] - 1, pq.shape[1], src_rows.shape[0]
+    rows = np.empty((heads, e_all), pq.dtype)
+    m = np.empty(heads, pq.dtype)
+    for i in range(nq):
+        a, b = indptr[i], indptr[i + 1]
+        for p in range(a, b):
+            j = src_rows[p]
+            for h in range(heads):
+                z = _gat_input(pq, pk, ea_rows, has_e, p, i, j, h)
+                z = z if z > 0 else z * slope
+                rows[h, p] = z
+                if z > m[h] or p == a:
+                    m[h] = z
+        for h in range(heads):
+            if not np.isfinite(m[h]):
+                m[h] = 0
+            for p in range(a, b):
+                rows[h, p] -= m[h]
+    return rows
+
+
+@njit(cache=True, fastmath=FAST, nogil=True)
+def normalise_rows(indptr, perm, rows):
+    """The exponentiated logits ``rows`` (H, E, row order) divided by their sum over each
+    target (a sum that is not positive taken as 1), in place; returns the same weights
+    (E, H) in edge order."""
+    nq, heads = indptr.shape[0] - 1, rows.shape[0]
+    w = np.empty((rows.shape[1], heads), rows.dtype)
+    for h in range(heads):
+        for i in range(nq):
+            a, b = indptr[i], indptr[i + 1]
+            den = rows[h, a:b].sum()
+            if not den > 0:
+                den = 1
+            for p in range(a, b):
+                rows[h, p] = rows[h, p] / den
+    for p in range(perm.shape[0]):
+        e = perm[p]
+        for h in range(heads):
+            w[e, h] = rows[h, p]
+    return w
+
+
+@njit(cache=True, fastmath=FAST, nogil=True)
+def gat_row_grads(indptr, perm, src_rows, pq, pk, ea_rows, has_e, w_rows, gw_rows, slope,
+                  need_ea):
+    """Gradients of ``gat_shifted_logits`` then ``normalise_rows`` for the weights'
+    gradient ``gw_rows``: g_pq (Nq, H), g_pk (Nk, H) and, when ``need_ea``, the edge
+    terms' g_ea (E, H) in edge order (else empty).
+
+    d logit_e = w_e (gw_e - sum over the edges e' into the same target of w_e' gw_e'),
+    then through the LeakyReLU as ``gat_logit_grads``. ``w_rows`` and ``gw_rows`` are
+    (H, E) in the layout's row order, so only the source terms' rows are met at random.
+    """
+    nq, heads = indptr.shape[0] - 1, pq.shape[1]
+    g_pq, g_pk = np.zeros(pq.shape, pq.dtype), np.zeros(pk.shape, pk.dtype)
+    g_ea = np.empty((perm.shape[0] if need_ea else 0, heads), pq.dtype)
+    total = np.empty(heads, pq.dtype)
+    for i in range(nq):
+        a, b = indptr[i], indptr[i + 1]
+        for h in range(heads):
+            acc = total[h] * 0
+            for p in range(a, b):
+                acc += w_rows[h, p] * gw_rows[h, p]
+            total[h] = acc
+        for p in range(a, b):
+            j = src_rows[p]
+            for h in range(heads):
+                gs = w_rows[h, p] * gw_rows[h, p] - w_rows[h, p] * total[h]
+                z = _gat_input(pq, pk, ea_rows, has_e, p, i, j, h)
+                gz = gs if z > 0 else gs * slope
+                if need_ea:
+                    g_ea[perm[p], h] = gz
+                g_pq[i, h] += gz
+                g_pk[j, h] += gz
+    return g_pq, g_pk, g_ea
+
+
+@njit(cache=True, fastmath=FAST, nogil=True)
 def gatv2_logits(src, dst, pq, pk, ea, has_e, att, slope):
     """GATv2's logits s_e = att . LeakyReLU(pq[dst] + pk[src] [+ ea]): (E, H).
 

@@ -156,7 +156,13 @@ def _head_major(x: Tensor) -> Tensor:
 
 def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:
     """Per-edge weights (E, H) times node rows (C, H, D) -> (R, H, D), stored head-major."""
-    a = csr_tensor(side, slot_values(side, w))
+    return spmm(side, slot_values(side, w), x)
+
+
+def spmm(side: CSRSide, values: Tensor, x: Tensor) -> Tensor:
+    """The CSR matrix of ``side``'s pattern holding ``values`` (H * E,), in slot order,
+    times node rows (C, H, D) -> (R, H, D), stored head-major."""
+    a = csr_tensor(side, values)
     heads, width = x.shape[1], x.shape[-1]
     # into a fresh row-major result: ``a @ x`` zero-fills a column-major one and copies it
     # back, two passes over cold memory that cost more than the product itself
@@ -167,15 +173,21 @@ def _spmm(side: CSRSide, w: Tensor, x: Tensor) -> Tensor:
 
 def _sddmm(side: CSRSide, a: Tensor, b: Tensor) -> Tensor:
     """<a_row, b_col> on every edge and head: a (R, H, D), b (C, H, D) -> (E, H)."""
+    vals = sddmm(side, a, b)  # (H, E) in row order
+    out = vals.new_empty(vals.shape).index_copy_(1, side.by_row, vals)  # (H, E)
+    return out.t()  # (E, H)
+
+
+def sddmm(side: CSRSide, a: Tensor, b: Tensor) -> Tensor:
+    """<a_row, b_col> on every edge and head, head by head in ``side``'s slot order:
+    a (R, H, D), b (C, H, D) -> (H, E)."""
     heads = a.shape[1]
     # zeros, not empty memory: torch's CPU kernel scales the pattern's values even with
     # beta 0, so a NaN there would stay; the product is written into them in place
     pattern = csr_tensor(side, a.new_zeros(side.col.numel()))
     torch.sparse.sampled_addmm(pattern, _head_major(a), _head_major(b).t(), beta=0.0,
                                out=pattern)
-    vals = pattern.values().view(heads, -1)  # (H, E) in row order
-    out = vals.new_empty(heads, vals.shape[1]).index_copy_(1, side.by_row, vals)  # (H, E)
-    return out.t()  # (E, H)
+    return pattern.values().view(heads, -1)  # (H, E)
 
 
 class EdgeSum(torch.autograd.Function):

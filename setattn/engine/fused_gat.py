@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from setattn.engine.plan import cpu_kernels_serve
+from setattn.engine.csr import csr_pair, sddmm, spmm
+from setattn.engine.plan import cpu_kernels_serve, csr_sum_pays_off
 from setattn.engine.scoring import prepare
 from setattn.engine.softmax import segment_softmax
 from setattn.topology import Edges
@@ -36,6 +37,9 @@ def attend_fused_gat(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Modu
     """
     compiled = cpu_kernels_serve(v)
     pq, pk = node_terms(score, q, k, compiled)  # (Nq, H), (Nk, H)
+    if compiled and csr_sum_pays_off(top):
+        return GATRows.apply(pq, pk, v, edge_attr, top.index[0], top.index[1], top.num_q,
+                             score.fused_gat(), row_layout(top, v.shape[1]))
     layout = target_layout(top) if compiled else None
     return GATEdges.apply(pq, pk, v, edge_attr, top.index[0], top.index[1], top.num_q,
                           score.fused_gat(), layout)
@@ -186,6 +190,82 @@ class GATEdges(torch.autograd.Function):
 
         grads = grads_again(ctx, outputs, (pq, pk, v, edge_attr), grad_out, grad_w)
         return (*grads, None, None, None, None, None)
+
+
+class GATRows(torch.autograd.Function):
+    """``gat_edges`` on a large graph, one autograd node over the CSR layouts of
+    :mod:`setattn.engine.csr`: the weights from the compiled CPU kernels
+    (``cpu_kernels.gat_shifted_logits``, a vectorised exp, ``normalise_rows``), whose
+    passes run along the target-major layout's rows, and the sum as the CSR product
+    (the layouts, built once for a graph passed again and again, beat the random reads
+    of ``softmax_sum``). Backward: the weights' gradient is a sampled product, in row
+    order, then ``cpu_kernels.gat_row_grads``; the values' is the product over the
+    source-major layout. Only the (E, H) weights are kept. Under ``create_graph`` the
+    backward lets autograd differentiate ``gat_edges``.
+    """
+
+    @staticmethod
+    def forward(ctx, pq, pk, v, edge_attr, src, dst, num_q, slope, layout):
+        from setattn.engine import cpu_kernels
+
+        fwd, _, indptr, perm, src_rows, _ = layout
+        ea_rows = None if edge_attr is None else edge_attr.index_select(0, fwd.by_row)
+        pq_, pk_, ea = as_arrays(pq, pk, ea_rows)
+        w_rows = torch.from_numpy(cpu_kernels.gat_shifted_logits(
+            indptr, src_rows, pq_, pk_, or_unread(ea, pq_), ea is not None,
+            pq_.dtype.type(slope))).exp_()  # (H, E)
+        w = torch.from_numpy(cpu_kernels.normalise_rows(indptr, perm, w_rows.numpy()))
+        ctx.num_q, ctx.slope, ctx.layout, ctx.ea_rows = num_q, slope, layout, ea
+        ctx.save_for_backward(w_rows, pq, pk, v, edge_attr, src, dst)
+        return spmm(fwd, w_rows.view(-1), v), w  # (Nq, H, Dv), (E, H)
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_w):
+        w_rows, pq, pk, v, edge_attr, src, dst = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: let autograd differentiate the ops
+            def outputs(pq, pk, v, edge_attr):
+                return gat_edges(pq, pk, v, edge_attr, src, dst, ctx.num_q, ctx.slope)[:2]
+
+            grads = grads_again(ctx, outputs, (pq, pk, v, edge_attr), grad_out, grad_w)
+            return (*grads, None, None, None, None, None)
+        from setattn.engine import cpu_kernels
+
+        fwd, bwd, indptr, perm, src_rows, bwd_from_fwd = ctx.layout
+        need = ctx.needs_input_grad
+        go = grad_out.transpose(0, 1).contiguous().transpose(0, 1)  # (Nq, H, Dv) head-major
+        gw_rows = sddmm(fwd, go, v)  # (H, E): <go[dst], v[src]> in row order
+        if grad_w is not None:
+            gw_rows = gw_rows + grad_w.t().index_select(1, fwd.by_row)  # (H, E)
+        pq_, pk_ = as_arrays(pq, pk)
+        ea = ctx.ea_rows
+        g_pq, g_pk, g_ea = cpu_kernels.gat_row_grads(
+            indptr, perm, src_rows, pq_, pk_, or_unread(ea, pq_), ea is not None,
+            w_rows.numpy(), gw_rows.contiguous().numpy(), pq_.dtype.type(ctx.slope),
+            bool(need[3]))
+        g_v = None
+        if need[2]:
+            g_v = spmm(bwd, w_rows.index_select(1, bwd_from_fwd).view(-1), go)  # (Nk, H, Dv)
+        grads = (torch.from_numpy(g_pq), torch.from_numpy(g_pk), g_v,
+                 torch.from_numpy(g_ea) if need[3] else None)
+        return (*(g if n else None for g, n in zip(grads, need[:4])),
+                None, None, None, None, None)
+
+
+def row_layout(top: Edges, heads: int) -> tuple:
+    """What ``GATRows`` reads of an edge list, cached on the topology: its
+    (target-major, source-major) CSR layouts (``csr_pair``), the target-major one's row
+    pointers (Nq + 1,), edge order (E,) and sources in that order (NumPy), and for each
+    slot of the source-major layout the target-major slot of the same edge (E,)."""
+    key = ("gat_rows", heads)
+    if key not in top._cache:
+        fwd, bwd = csr_pair(top, heads)
+        perm = fwd.by_row
+        slot = torch.empty_like(perm)
+        slot[perm] = torch.arange(perm.numel())  # (E,) each edge's target-major slot
+        top._cache[key] = (fwd, bwd, fwd.crow[:top.num_q + 1].numpy(), perm.numpy(),
+                           top.index[0].index_select(0, perm).numpy(),
+                           slot.index_select(0, bwd.by_row))
+    return top._cache[key]
 
 
 def grads_again(ctx, outputs, inputs: tuple, grad_out: Tensor, grad_w: Tensor | None

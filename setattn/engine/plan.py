@@ -14,7 +14,9 @@ The paths (:class:`EnginePath`) and what they compute::
     FUSED_GATV2    GATv2 logits, segment softmax and sum over an edge list as one
                    autograd node with a hand-written backward; on eager CPU tensors
                    compiled loops over each target's edges (setattn.engine.cpu_kernels)
-    FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores)
+    FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores); on
+                   the eager CPU above FUSED_MAX_EDGES the loops give the weights and
+                   the sum is a CSR product
     FUSED_DOT      the same for dot-product logits, on eager CPU tensors (the compiled
                    loops; elsewhere, when asked for, torch ops)
     SPARSE_CSR     segment softmax over an edge list; the sum (and dot-product logits)
@@ -34,7 +36,7 @@ plan()'s decisions, in the order it makes them::
                                     the score opts in (``fused_gat()``:       FUSED_GAT
                                     GAT), the same conditions, edge_attr
                                     None or (E, H); on an eager CPU run
-                                    only float32/64, E <= FUSED_MAX_EDGES
+                                    only float32/64
                                     eager CPU run, float32/64, E <=           FUSED_DOT
                                     FUSED_MAX_EDGES, a dot-product score,
                                     no bias, mask, dropout, hard attention
@@ -63,7 +65,7 @@ view, with the evidence behind each column::
 
     rules          edge lists            windows         complete, bipartite
     -------------  --------------------  --------------  -------------------------------
-    "cpu"          FUSED_GAT for GAT,    run as edges    DENSE_SDPA, else DENSE_BLOCKS
+    "cpu"          FUSED_GAT for GAT;    run as edges    DENSE_SDPA, else DENSE_BLOCKS
     (eager CPU)    FUSED_DOT for plain
                    dot products, up to
                    FUSED_MAX_EDGES;
@@ -79,10 +81,12 @@ or float64 the fused paths run the compiled loops of :mod:`setattn.engine.cpu_ke
 (Numba): one pass over each target's incoming edges, a counting sort by target as the
 only layout, so a new batch of small graphs every step costs little; elsewhere (CUDA,
 torch.compile, other dtypes) they are ordinary tensor operations (gather,
-scatter_reduce, index_add), one autograd node around them. On the eager CPU FUSED_GAT
-and FUSED_DOT give way to SPARSE_CSR above FUSED_MAX_EDGES edges, where the CSR layouts,
-built once for a graph passed again and again, beat the kernels' random reads;
-``attend(..., path="fused_gat")`` and ``path="fused_dot"`` run them anywhere.
+scatter_reduce, index_add), one autograd node around them. On a large graph the CSR
+layouts, built once for a graph passed again and again, beat the kernels' random reads
+of value rows: from CSR_SUM_MIN_EDGES edges on FUSED_GAT keeps its compiled loops for
+the weights, run along the target-major layout's rows, and sums the values with the CSR
+product (:func:`csr_sum_pays_off`); above FUSED_MAX_EDGES FUSED_DOT gives way to
+SPARSE_CSR (``attend(..., path="fused_dot")`` runs it anywhere).
 
 The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
 benchmarks/scaling.py). **The CUDA column is reasoned, not measured**: it holds until a
@@ -152,13 +156,21 @@ CSR_MIN_EDGES = 1024
 # The same when there are no more edges than keys (attention pooling: one edge per key),
 # whose gathered messages are no bigger than the values.
 CSR_MIN_EDGES_FEW = 16384
-# Up to this many edges, FUSED_GAT's compiled CPU kernel beats the CSR kernels on the eager
-# CPU. One core, GATConv 64 -> 4 x 16, forward + backward, a new random graph of 4 edges a
-# node every pass: 1.9 against 3.0 ms at 4,000 edges, 20 against 24 ms at 40,000, even at
-# 120,000; on one graph of 1.1 million edges passed again and again (the CSR layouts
-# cached) 782 against 497 ms. One-off comparisons of ``attend(..., path="fused_gat")``
-# with ``path="sparse_csr"`` on one AMD EPYC core; no benchmark regenerates them.
+# Up to this many edges, FUSED_DOT's compiled CPU kernel beats the CSR kernels on the eager
+# CPU. One core, GATConv 64 -> 4 x 16 (then FUSED_GAT's kernel, which FUSED_DOT's follows),
+# forward + backward, a new random graph of 4 edges a node every pass: 1.9 against 3.0 ms
+# at 4,000 edges, 20 against 24 ms at 40,000, even at 120,000; on one graph of 1.1 million
+# edges passed again and again (the CSR layouts cached) 782 against 497 ms. One-off
+# comparisons of ``attend(..., path="fused_gat")`` with ``path="sparse_csr"`` on one AMD
+# EPYC core; no benchmark regenerates them.
 FUSED_MAX_EDGES = 65536
+# From this many edges FUSED_GAT sums the values with the CSR product (its weights still
+# from the compiled loops, along the layout's rows) rather than in ``softmax_sum``. One
+# core, ``attend`` with GAT's score, 4 heads x 16, forward + backward, 4 edges a node, the
+# same graph every pass (a new one): 56 against 61 ms (66 against 76) at 120,000 edges,
+# 263 against 213 ms (268 against 264) at 400,000. One-off comparisons on one AMD EPYC
+# core beside another job; no benchmark regenerates them.
+CSR_SUM_MIN_EDGES = 262144
 
 
 def plan(
@@ -217,7 +229,7 @@ def _edge_path(q: Tensor, v: Tensor, top: Edges, score: nn.Module, bias: Tensor 
         return EnginePath.FUSED_GATV2
     fused_cpu = fused_pays_off(v, top)
     if fused_gat_applies(score, bias, mask, edge_attr, p, hard) and (
-            not csr_kernels_serve(v) or fused_cpu):
+            not csr_kernels_serve(v) or cpu_kernels_serve(v)):
         return EnginePath.FUSED_GAT
     if fused_cpu and fused_dot_applies(q, score, bias, mask, edge_attr, p, hard):
         return EnginePath.FUSED_DOT
@@ -290,6 +302,14 @@ def fused_pays_off(v: Tensor, top: Edges) -> bool:
     kernels up to ``FUSED_MAX_EDGES`` edges (one counting sort against two sparse
     layouts)."""
     return cpu_kernels_serve(v) and top.num_edges <= FUSED_MAX_EDGES
+
+
+def csr_sum_pays_off(top: Edges) -> bool:
+    """FUSED_GAT on the compiled CPU kernels, from ``CSR_SUM_MIN_EDGES`` edges on: the
+    weights still come from passes over each target's edges, but the weighted sum is the
+    CSR product (the layouts, built once for a graph passed again and again, beat the
+    kernel's random reads of value rows)."""
+    return top.num_edges >= CSR_SUM_MIN_EDGES
 
 
 def fused_dot_applies(q: Tensor, score: nn.Module, bias: Tensor | None, mask: Tensor | None,

@@ -14,9 +14,19 @@ import torch
 
 from setattn import scores
 from setattn.engine import cpu_kernels
+from setattn.engine.attend import attend
 from setattn.engine.fused_dot import DotEdges
-from setattn.engine.fused_gat import GATEdges, HeadDots, node_terms, target_layout
+from setattn.engine.fused_gat import (
+    GATEdges,
+    GATRows,
+    HeadDots,
+    gat_edges,
+    node_terms,
+    row_layout,
+    target_layout,
+)
 from setattn.engine.fused_gatv2 import GATv2Edges
+from setattn.engine.plan import CSR_SUM_MIN_EDGES, EnginePath, plan
 from setattn.molprop.batching import collate_molecules
 from setattn.molprop.config import NetworkConfig
 from setattn.molprop.featurize import featurize
@@ -73,6 +83,68 @@ def test_gat_kernel_equals_the_torch_ops(with_edge_attr, scale):
     torch.testing.assert_close(w_k, w_t, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(g_k, g_t, rtol=1e-10, atol=1e-10)
     assert (out_k[NQ - 1] == 0).all()  # no edge enters the last target
+
+
+@pytest.mark.parametrize("with_edge_attr", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_gat_rows_node_equals_the_torch_ops(with_edge_attr, scale):
+    """GAT on a large graph (weights from the kernels along the CSR rows, the sum and the
+    values' gradient as CSR products): the same output, weights and gradients as the
+    torch ops, huge logits included; second derivatives too."""
+    top = _graph(seed=40)
+    pq, pk = _leaf(NQ, HEADS, scale=scale, seed=41), _leaf(NK, HEADS, scale=scale, seed=42)
+    v = _leaf(NK, HEADS, DIM, seed=46)
+    ea = _leaf(top.num_edges, HEADS, seed=43) if with_edge_attr else None
+    inputs = [t for t in (pq, pk, v, ea) if t is not None]
+    src, dst = top.index[0], top.index[1]
+    gen = torch.Generator().manual_seed(44)
+    r = torch.randn(NQ, HEADS, DIM, generator=gen, dtype=F64)
+
+    def run(kernel: bool, twice: bool = False):
+        out, w = (GATRows.apply(pq, pk, v, ea, src, dst, NQ, 0.2, row_layout(top, HEADS))
+                  if kernel else gat_edges(pq, pk, v, ea, src, dst, NQ, 0.2)[:2])
+        loss = (out * r).sum() + (w ** 3).sum()
+        grads = torch.autograd.grad(loss, inputs, create_graph=twice)
+        if twice:
+            grads = torch.autograd.grad(sum(g.square().sum() for g in grads), inputs)
+        return out, w, grads
+
+    (out_k, w_k, g_k), (out_t, w_t, g_t) = run(True), run(False)
+    assert torch.isfinite(out_k).all() and (out_k[NQ - 1] == 0).all()
+    torch.testing.assert_close(out_k, out_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w_k, w_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g_k, g_t, rtol=1e-10, atol=1e-10)
+    if scale == 1.0:
+        torch.testing.assert_close(run(True, True)[2], run(False, True)[2], rtol=1e-10,
+                                   atol=1e-10)
+
+
+def test_a_large_graph_runs_fused_gat_with_the_csr_sum(monkeypatch):
+    """From CSR_SUM_MIN_EDGES edges on plan() keeps FUSED_GAT on the eager CPU and the
+    call runs ``GATRows``; its output, weights and gradients (float64) are
+    SPARSE_GATHER's."""
+    gen = torch.Generator().manual_seed(45)
+    n, heads, dim = 20000, 2, 3
+    index = torch.randint(0, n, (2, CSR_SUM_MIN_EDGES), generator=gen)
+    index[1, index[1] == n - 1] = 0  # the last target gets no edge
+    top = edges(index, n)
+    score = scores.GAT(heads, dim).double()
+    q = torch.randn(n, heads, dim, generator=gen, dtype=F64, requires_grad=True)
+    v = torch.randn(n, heads, dim, generator=gen, dtype=F64, requires_grad=True)
+    ea = torch.randn(top.num_edges, heads, generator=gen, dtype=F64, requires_grad=True)
+    assert plan(q, q, v, top, score, edge_attr=ea) is EnginePath.FUSED_GAT
+    calls = []
+    monkeypatch.setattr(GATRows, "apply", _recording(GATRows.apply, calls))
+
+    def run(path):
+        out, graph = attend(q, q, v, top, score, edge_attr=ea, return_weights=True, path=path)
+        loss = out.square().sum() + graph.weights.square().sum()
+        return out, graph.weights, torch.autograd.grad(loss, [q, v, ea, *score.parameters()])
+
+    fused = run("fused_gat")
+    assert len(calls) == 1
+    torch.testing.assert_close(fused, run("sparse_gather"), rtol=1e-10, atol=1e-10)
+    assert (fused[0][n - 1] == 0).all()
 
 
 @pytest.mark.parametrize("with_edge_attr", [False, True])

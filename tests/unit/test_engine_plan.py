@@ -121,7 +121,7 @@ PLANNED = {  # case -> (plan() arguments, expected path)
     "edges, GAT, CPU, FUSED_MAX_EDGES": (
         dict(top=_random_edges(300, 300, FUSED_MAX_EDGES), score=GAT), P.FUSED_GAT),
     "edges, GAT, CPU, above FUSED_MAX_EDGES": (
-        dict(top=_random_edges(300, 300, FUSED_MAX_EDGES + 1), score=GAT), P.SPARSE_CSR),
+        dict(top=_random_edges(300, 300, FUSED_MAX_EDGES + 1), score=GAT), P.FUSED_GAT),
     "edges, GAT, CPU, dropout": (dict(top=_random_edges(64, 64, BIG), score=GAT, dropout=0.1),
                                  P.SPARSE_CSR),
     "edges, GAT, accelerator": (dict(top=_random_edges(64, 64, BIG), score=GAT,
