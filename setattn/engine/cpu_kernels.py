@@ -310,12 +310,10 @@ def gat_shifted_logits(indptr, src_rows, pq, pk, ea_rows, has_e, slope):
 
 
 @njit(cache=True, fastmath=FAST, nogil=True)
-def normalise_rows(indptr, perm, rows):
+def normalise_rows(indptr, rows):
     """The exponentiated logits ``rows`` (H, E, row order) divided by their sum over each
-    target (a sum that is not positive taken as 1), in place; returns the same weights
-    (E, H) in edge order."""
+    target (a sum that is not positive taken as 1), in place."""
     nq, heads = indptr.shape[0] - 1, rows.shape[0]
-    w = np.empty((rows.shape[1], heads), rows.dtype)
     for h in range(heads):
         for i in range(nq):
             a, b = indptr[i], indptr[i + 1]
@@ -324,11 +322,6 @@ def normalise_rows(indptr, perm, rows):
                 den = 1
             for p in range(a, b):
                 rows[h, p] = rows[h, p] / den
-    for p in range(perm.shape[0]):
-        e = perm[p]
-        for h in range(heads):
-            w[e, h] = rows[h, p]
-    return w
 
 
 @njit(cache=True, fastmath=FAST, nogil=True)

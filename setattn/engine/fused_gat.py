@@ -12,6 +12,8 @@ qualifies.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -26,7 +28,8 @@ from setattn.topology import Edges
 
 def attend_fused_gat(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Module,
                      edge_attr: Tensor | None) -> tuple[Tensor, Tensor]:
-    """GAT attention along the edges of ``top`` through :class:`GATEdges`.
+    """GAT attention along the edges of ``top`` through :class:`GATEdges`, or on a
+    large graph (``csr_sum_pays_off``) on the CPU through :class:`GATRows`.
 
     Args:
         q: (Nq, H, Dk); k: (Nk, H, Dk); v: (Nk, H, Dv); edge_attr: (E, H) or None.
@@ -36,10 +39,12 @@ def attend_fused_gat(q: Tensor, k: Tensor, v: Tensor, top: Edges, score: nn.Modu
         (Nq, H, Dv) output and the (E, H) weights.
     """
     compiled = cpu_kernels_serve(v)
-    pq, pk = node_terms(score, q, k, compiled)  # (Nq, H), (Nk, H)
     if compiled and csr_sum_pays_off(top):
+        kernels = rows_compiled(top, v.shape[1])  # before row_layout caches the layout
+        pq, pk = node_terms(score, q, k, kernels)  # (Nq, H), (Nk, H)
         return GATRows.apply(pq, pk, v, edge_attr, top.index[0], top.index[1], top.num_q,
-                             score.fused_gat(), row_layout(top, v.shape[1]))
+                             score.fused_gat(), row_layout(top, v.shape[1]), kernels)
+    pq, pk = node_terms(score, q, k, compiled)  # (Nq, H), (Nk, H)
     layout = target_layout(top) if compiled else None
     return GATEdges.apply(pq, pk, v, edge_attr, top.index[0], top.index[1], top.num_q,
                           score.fused_gat(), layout)
@@ -194,76 +199,141 @@ class GATEdges(torch.autograd.Function):
 
 class GATRows(torch.autograd.Function):
     """``gat_edges`` on a large graph, one autograd node over the CSR layouts of
-    :mod:`setattn.engine.csr`: the weights from the compiled CPU kernels
-    (``cpu_kernels.gat_shifted_logits``, a vectorised exp, ``normalise_rows``), whose
-    passes run along the target-major layout's rows, and the sum as the CSR product
-    (the layouts, built once for a graph passed again and again, beat the random reads
-    of ``softmax_sum``). Backward: the weights' gradient is a sampled product, in row
-    order, then ``cpu_kernels.gat_row_grads``; the values' is the product over the
-    source-major layout. Only the (E, H) weights are kept. Under ``create_graph`` the
-    backward lets autograd differentiate ``gat_edges``.
+    :mod:`setattn.engine.csr`. The weights are computed along the target-major layout's
+    rows (the edges sorted by target), where each target's edges are contiguous, and in
+    that order they are the values of the CSR product that sums the value rows (the
+    layouts, built once for a graph passed again and again, beat ``softmax_sum``'s
+    random reads of value rows). Backward: the weights' gradient is a sampled product in
+    row order, the values' the product over the source-major layout.
+
+    The weights come from the compiled CPU kernels (``cpu_kernels.gat_shifted_logits``,
+    a vectorised exp, ``normalise_rows``; backward ``gat_row_grads``) when ``compiled``,
+    else from torch ops (segment reductions over the rows): the same numbers. attend
+    passes ``compiled`` once the kernels pay for their loading (:func:`rows_compiled`).
+    Only the (E, H) weights (and, for the torch ops, the activated scores) are kept.
+    Under ``create_graph`` the backward lets autograd differentiate ``gat_edges``.
     """
 
     @staticmethod
-    def forward(ctx, pq, pk, v, edge_attr, src, dst, num_q, slope, layout):
-        from setattn.engine import cpu_kernels
-
-        fwd, _, indptr, perm, src_rows, _ = layout
+    def forward(ctx, pq, pk, v, edge_attr, src, dst, num_q, slope, layout, compiled):
+        fwd = layout[0]
         ea_rows = None if edge_attr is None else edge_attr.index_select(0, fwd.by_row)
-        pq_, pk_, ea = as_arrays(pq, pk, ea_rows)
-        w_rows = torch.from_numpy(cpu_kernels.gat_shifted_logits(
-            indptr, src_rows, pq_, pk_, or_unread(ea, pq_), ea is not None,
-            pq_.dtype.type(slope))).exp_()  # (H, E)
-        w = torch.from_numpy(cpu_kernels.normalise_rows(indptr, perm, w_rows.numpy()))
-        ctx.num_q, ctx.slope, ctx.layout, ctx.ea_rows = num_q, slope, layout, ea
-        ctx.save_for_backward(w_rows, pq, pk, v, edge_attr, src, dst)
+        weigh = _compiled_rows if compiled else _torch_rows
+        w_rows, s = weigh(pq, pk, ea_rows, slope, layout)  # (H, E) rows; (E, H) or None
+        w = torch.empty_like(w_rows.t()).index_copy_(0, fwd.by_row, w_rows.t())  # (E, H)
+        ctx.num_q, ctx.slope, ctx.layout, ctx.compiled = num_q, slope, layout, compiled
+        ctx.ea_rows = ea_rows
+        ctx.save_for_backward(w_rows, s, pq, pk, v, edge_attr, src, dst)
         return spmm(fwd, w_rows.view(-1), v), w  # (Nq, H, Dv), (E, H)
 
     @staticmethod
     def backward(ctx, grad_out, grad_w):
-        w_rows, pq, pk, v, edge_attr, src, dst = ctx.saved_tensors
+        w_rows, s, pq, pk, v, edge_attr, src, dst = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: let autograd differentiate the ops
             def outputs(pq, pk, v, edge_attr):
                 return gat_edges(pq, pk, v, edge_attr, src, dst, ctx.num_q, ctx.slope)[:2]
 
             grads = grads_again(ctx, outputs, (pq, pk, v, edge_attr), grad_out, grad_w)
-            return (*grads, None, None, None, None, None)
-        from setattn.engine import cpu_kernels
-
-        fwd, bwd, indptr, perm, src_rows, bwd_from_fwd = ctx.layout
+            return (*grads, None, None, None, None, None, None)
+        fwd, bwd, *_, bwd_from_fwd = ctx.layout
         need = ctx.needs_input_grad
         go = grad_out.transpose(0, 1).contiguous().transpose(0, 1)  # (Nq, H, Dv) head-major
         gw_rows = sddmm(fwd, go, v)  # (H, E): <go[dst], v[src]> in row order
         if grad_w is not None:
             gw_rows = gw_rows + grad_w.t().index_select(1, fwd.by_row)  # (H, E)
-        pq_, pk_ = as_arrays(pq, pk)
-        ea = ctx.ea_rows
-        g_pq, g_pk, g_ea = cpu_kernels.gat_row_grads(
-            indptr, perm, src_rows, pq_, pk_, or_unread(ea, pq_), ea is not None,
-            w_rows.numpy(), gw_rows.contiguous().numpy(), pq_.dtype.type(ctx.slope),
-            bool(need[3]))
+        grads = (_compiled_row_grads if ctx.compiled else _torch_row_grads)(
+            ctx, w_rows, s, pq, pk, gw_rows, bool(need[3]))  # g_pq, g_pk, g_e (edge order)
         g_v = None
         if need[2]:
             g_v = spmm(bwd, w_rows.index_select(1, bwd_from_fwd).view(-1), go)  # (Nk, H, Dv)
-        grads = (torch.from_numpy(g_pq), torch.from_numpy(g_pk), g_v,
-                 torch.from_numpy(g_ea) if need[3] else None)
-        return (*(g if n else None for g, n in zip(grads, need[:4])),
-                None, None, None, None, None)
+        return (*(g if n else None for g, n in zip((grads[0], grads[1], g_v, grads[2]),
+                                                     need[:4])),
+                None, None, None, None, None, None)
+
+
+def _torch_rows(pq: Tensor, pk: Tensor, ea_rows: Tensor | None, slope: float,
+                layout: tuple) -> tuple[Tensor, Tensor]:
+    """GAT's weights in row order from torch ops: (H, E) weights and the (E, H)
+    activated scores (for the backward)."""
+    _, _, deg, dst_rows, src_rows, _ = layout
+    z = pq.index_select(0, dst_rows).add_(pk.index_select(0, src_rows))  # (E, H)
+    if ea_rows is not None:
+        z.add_(ea_rows)
+    s = F.leaky_relu(z, slope)  # (E, H)
+    top = torch.segment_reduce(s, "max", lengths=deg, axis=0)  # (Nq, H)
+    top = top.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)  # no finite logit: shift by 0
+    w = (s - top.index_select(0, dst_rows)).exp_()  # (E, H)
+    den = torch.segment_reduce(w, "sum", lengths=deg, axis=0)  # (Nq, H)
+    w.div_(torch.where(den > 0, den, 1.0).index_select(0, dst_rows))
+    return w.t().contiguous(), s  # (H, E), (E, H)
+
+
+def _torch_row_grads(ctx, w_rows: Tensor, s: Tensor, pq: Tensor, pk: Tensor,
+                     gw_rows: Tensor, need_e: bool) -> tuple:
+    """``_torch_rows``' gradients for the weights' ``gw_rows`` (H, E): g_pq (Nq, H), g_pk
+    (Nk, H) and the edge terms' (E, H) in edge order (None unless ``need_e``)."""
+    fwd, _, deg, dst_rows, src_rows, _ = ctx.layout
+    w, gw = w_rows.t(), gw_rows.t()  # (E, H) views
+    wg = w * gw  # (E, H)
+    total = torch.segment_reduce(wg, "sum", lengths=deg, axis=0)  # (Nq, H)
+    gs = wg.sub_(w * total.index_select(0, dst_rows))  # (E, H) the logits' gradient
+    gz = torch.ops.aten.leaky_relu_backward(gs, s, ctx.slope, True)  # (E, H)
+    g_e = torch.empty_like(gz).index_copy_(0, fwd.by_row, gz) if need_e else None
+    return (torch.segment_reduce(gz, "sum", lengths=deg, axis=0),
+            gz.new_zeros(pk.shape).index_add_(0, src_rows, gz), g_e)
+
+
+def _compiled_rows(pq: Tensor, pk: Tensor, ea_rows: Tensor | None, slope: float,
+                   layout: tuple) -> tuple[Tensor, None]:
+    """GAT's weights in row order, (H, E), from the compiled CPU kernels."""
+    from setattn.engine import cpu_kernels
+
+    fwd, _, deg, _, src_rows, _ = layout
+    pq_, pk_, ea = as_arrays(pq, pk, ea_rows)
+    w = torch.from_numpy(cpu_kernels.gat_shifted_logits(
+        fwd.crow[:deg.numel() + 1].numpy(), src_rows.numpy(), pq_, pk_, or_unread(ea, pq_),
+        ea is not None, pq_.dtype.type(slope))).exp_()  # (H, E)
+    cpu_kernels.normalise_rows(fwd.crow[:deg.numel() + 1].numpy(), w.numpy())  # in place
+    return w, None
+
+
+def _compiled_row_grads(ctx, w_rows: Tensor, s: None, pq: Tensor, pk: Tensor,
+                        gw_rows: Tensor, need_e: bool) -> tuple:
+    """``_compiled_rows``' gradients, as ``_torch_row_grads``, from ``gat_row_grads``."""
+    from setattn.engine import cpu_kernels
+
+    fwd, _, deg, _, src_rows, _ = ctx.layout
+    pq_, pk_, ea = as_arrays(pq, pk, ctx.ea_rows)
+    g_pq, g_pk, g_e = cpu_kernels.gat_row_grads(
+        fwd.crow[:deg.numel() + 1].numpy(), fwd.by_row.numpy(), src_rows.numpy(), pq_, pk_,
+        or_unread(ea, pq_), ea is not None, w_rows.numpy(), gw_rows.contiguous().numpy(),
+        pq_.dtype.type(ctx.slope), need_e)
+    return (torch.from_numpy(g_pq), torch.from_numpy(g_pk),
+            torch.from_numpy(g_e) if need_e else None)
+
+
+def rows_compiled(top: Edges, heads: int) -> bool:
+    """Whether a large graph's GAT weights come from the compiled kernels: once they are
+    loaded in this process, or on the graph's second pass (its row layout cached): a
+    process's first call does not pay the kernels' loading (about 0.4 s) for one pass
+    that torch ops compute only about 0.1 s slower."""
+    return "setattn.engine.cpu_kernels" in sys.modules or ("gat_rows", heads) in top._cache
 
 
 def row_layout(top: Edges, heads: int) -> tuple:
     """What ``GATRows`` reads of an edge list, cached on the topology: its
-    (target-major, source-major) CSR layouts (``csr_pair``), the target-major one's row
-    pointers (Nq + 1,), edge order (E,) and sources in that order (NumPy), and for each
-    slot of the source-major layout the target-major slot of the same edge (E,)."""
+    (target-major, source-major) CSR layouts (``csr_pair``), the edges into each target
+    (Nq,), the target and the source of every edge in row order (E,) each, and for each
+    slot of the source-major layout the row of the same edge (E,)."""
     key = ("gat_rows", heads)
     if key not in top._cache:
         fwd, bwd = csr_pair(top, heads)
         perm = fwd.by_row
+        deg = torch.diff(fwd.crow[:top.num_q + 1].long())  # (Nq,)
+        dst_rows = torch.repeat_interleave(torch.arange(top.num_q), deg)  # (E,)
         slot = torch.empty_like(perm)
-        slot[perm] = torch.arange(perm.numel())  # (E,) each edge's target-major slot
-        top._cache[key] = (fwd, bwd, fwd.crow[:top.num_q + 1].numpy(), perm.numpy(),
-                           top.index[0].index_select(0, perm).numpy(),
+        slot[perm] = torch.arange(perm.numel())  # (E,) each edge's row
+        top._cache[key] = (fwd, bwd, deg, dst_rows, top.index[0].index_select(0, perm),
                            slot.index_select(0, bwd.by_row))
     return top._cache[key]
 

@@ -15,8 +15,8 @@ The paths (:class:`EnginePath`) and what they compute::
                    autograd node with a hand-written backward; on eager CPU tensors
                    compiled loops over each target's edges (setattn.engine.cpu_kernels)
     FUSED_GAT      the same for GAT's logits (per-node terms, (E, H) scores); on
-                   the eager CPU above FUSED_MAX_EDGES the loops give the weights and
-                   the sum is a CSR product
+                   the eager CPU from CSR_SUM_MIN_EDGES on the weights run along a CSR
+                   layout's rows and the sum is a CSR product
     FUSED_DOT      the same for dot-product logits, on eager CPU tensors (the compiled
                    loops; elsewhere, when asked for, torch ops)
     SPARSE_CSR     segment softmax over an edge list; the sum (and dot-product logits)
@@ -83,9 +83,10 @@ only layout, so a new batch of small graphs every step costs little; elsewhere (
 torch.compile, other dtypes) they are ordinary tensor operations (gather,
 scatter_reduce, index_add), one autograd node around them. On a large graph the CSR
 layouts, built once for a graph passed again and again, beat the kernels' random reads
-of value rows: from CSR_SUM_MIN_EDGES edges on FUSED_GAT keeps its compiled loops for
-the weights, run along the target-major layout's rows, and sums the values with the CSR
-product (:func:`csr_sum_pays_off`); above FUSED_MAX_EDGES FUSED_DOT gives way to
+of value rows: from CSR_SUM_MIN_EDGES edges on FUSED_GAT computes the weights along the
+target-major layout's rows (compiled loops, or torch ops on a process's first call, which
+would not pay for loading the loops) and sums the values with the CSR product
+(:func:`csr_sum_pays_off`); above FUSED_MAX_EDGES FUSED_DOT gives way to
 SPARSE_CSR (``attend(..., path="fused_dot")`` runs it anywhere).
 
 The CPU column is measured (the figures beside the constants below, benchmarks/engine.py,
@@ -164,8 +165,8 @@ CSR_MIN_EDGES_FEW = 16384
 # comparisons of ``attend(..., path="fused_gat")`` with ``path="sparse_csr"`` on one AMD
 # EPYC core; no benchmark regenerates them.
 FUSED_MAX_EDGES = 65536
-# From this many edges FUSED_GAT sums the values with the CSR product (its weights still
-# from the compiled loops, along the layout's rows) rather than in ``softmax_sum``. One
+# From this many edges FUSED_GAT sums the values with the CSR product (its weights along
+# the layout's rows, from the compiled loops once loaded) rather than in ``softmax_sum``. One
 # core, ``attend`` with GAT's score, 4 heads x 16, forward + backward, 4 edges a node, the
 # same graph every pass (a new one): 56 against 61 ms (66 against 76) at 120,000 edges,
 # 263 against 213 ms (268 against 264) at 400,000. One-off comparisons on one AMD EPYC
@@ -305,10 +306,10 @@ def fused_pays_off(v: Tensor, top: Edges) -> bool:
 
 
 def csr_sum_pays_off(top: Edges) -> bool:
-    """FUSED_GAT on the compiled CPU kernels, from ``CSR_SUM_MIN_EDGES`` edges on: the
-    weights still come from passes over each target's edges, but the weighted sum is the
-    CSR product (the layouts, built once for a graph passed again and again, beat the
-    kernel's random reads of value rows)."""
+    """FUSED_GAT on the eager CPU, from ``CSR_SUM_MIN_EDGES`` edges on: the weights
+    come from passes over each target's edges in a CSR layout's rows, and the weighted
+    sum is the CSR product (the layouts, built once for a graph passed again and again,
+    beat the kernel's random reads of value rows)."""
     return top.num_edges >= CSR_SUM_MIN_EDGES
 
 

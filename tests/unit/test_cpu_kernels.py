@@ -85,12 +85,14 @@ def test_gat_kernel_equals_the_torch_ops(with_edge_attr, scale):
     assert (out_k[NQ - 1] == 0).all()  # no edge enters the last target
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("with_edge_attr", [False, True])
 @pytest.mark.parametrize("scale", [1.0, 1e4])
-def test_gat_rows_node_equals_the_torch_ops(with_edge_attr, scale):
-    """GAT on a large graph (weights from the kernels along the CSR rows, the sum and the
-    values' gradient as CSR products): the same output, weights and gradients as the
-    torch ops, huge logits included; second derivatives too."""
+def test_gat_rows_node_equals_the_torch_ops(compiled, with_edge_attr, scale):
+    """GAT on a large graph (weights along the CSR rows, from the compiled kernels or
+    from segment reductions; the sum and the values' gradient as CSR products): the same
+    output, weights and gradients as ``gat_edges``' torch ops, huge logits included;
+    second derivatives too."""
     top = _graph(seed=40)
     pq, pk = _leaf(NQ, HEADS, scale=scale, seed=41), _leaf(NK, HEADS, scale=scale, seed=42)
     v = _leaf(NK, HEADS, DIM, seed=46)
@@ -101,7 +103,8 @@ def test_gat_rows_node_equals_the_torch_ops(with_edge_attr, scale):
     r = torch.randn(NQ, HEADS, DIM, generator=gen, dtype=F64)
 
     def run(kernel: bool, twice: bool = False):
-        out, w = (GATRows.apply(pq, pk, v, ea, src, dst, NQ, 0.2, row_layout(top, HEADS))
+        out, w = (GATRows.apply(pq, pk, v, ea, src, dst, NQ, 0.2, row_layout(top, HEADS),
+                                compiled)
                   if kernel else gat_edges(pq, pk, v, ea, src, dst, NQ, 0.2)[:2])
         loss = (out * r).sum() + (w ** 3).sum()
         grads = torch.autograd.grad(loss, inputs, create_graph=twice)
@@ -121,8 +124,9 @@ def test_gat_rows_node_equals_the_torch_ops(with_edge_attr, scale):
 
 def test_a_large_graph_runs_fused_gat_with_the_csr_sum(monkeypatch):
     """From CSR_SUM_MIN_EDGES edges on plan() keeps FUSED_GAT on the eager CPU and the
-    call runs ``GATRows``; its output, weights and gradients (float64) are
-    SPARSE_GATHER's."""
+    call runs ``GATRows``, through torch ops on a process's first pass (kernels not
+    loaded), through the kernels on the graph's next; both give SPARSE_GATHER's output,
+    weights and gradients (float64)."""
     gen = torch.Generator().manual_seed(45)
     n, heads, dim = 20000, 2, 3
     index = torch.randint(0, n, (2, CSR_SUM_MIN_EDGES), generator=gen)
@@ -141,10 +145,14 @@ def test_a_large_graph_runs_fused_gat_with_the_csr_sum(monkeypatch):
         loss = out.square().sum() + graph.weights.square().sum()
         return out, graph.weights, torch.autograd.grad(loss, [q, v, ea, *score.parameters()])
 
-    fused = run("fused_gat")
-    assert len(calls) == 1
-    torch.testing.assert_close(fused, run("sparse_gather"), rtol=1e-10, atol=1e-10)
-    assert (fused[0][n - 1] == 0).all()
+    monkeypatch.delitem(sys.modules, "setattn.engine.cpu_kernels", raising=False)
+    first, again = run("fused_gat"), run("fused_gat")
+    # the first pass runs torch ops (no kernel to load for one pass), the next the kernels
+    assert [call[-1] for call in calls] == [False, True]
+    gathered = run("sparse_gather")
+    torch.testing.assert_close(first, gathered, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(again, gathered, rtol=1e-10, atol=1e-10)
+    assert (first[0][n - 1] == 0).all()
 
 
 @pytest.mark.parametrize("with_edge_attr", [False, True])
