@@ -330,9 +330,9 @@ def row_layout(top: Edges, heads: int) -> tuple:
         fwd, bwd = csr_pair(top, heads)
         perm = fwd.by_row
         deg = torch.diff(fwd.crow[:top.num_q + 1].long())  # (Nq,)
-        dst_rows = torch.repeat_interleave(torch.arange(top.num_q), deg)  # (E,)
+        dst_rows = torch.repeat_interleave(torch.arange(top.num_q, device=deg.device), deg)
         slot = torch.empty_like(perm)
-        slot[perm] = torch.arange(perm.numel())  # (E,) each edge's row
+        slot[perm] = torch.arange(perm.numel(), device=perm.device)  # (E,) each edge's row
         top._cache[key] = (fwd, bwd, deg, dst_rows, top.index[0].index_select(0, perm),
                            slot.index_select(0, bwd.by_row))
     return top._cache[key]
