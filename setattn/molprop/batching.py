@@ -7,13 +7,16 @@ same ``Batch`` fields that PyG's generic collater builds (``x``, ``edge_index``,
 fraction of its time. ``PackedMolecules`` goes further for a training set that is
 batched every epoch: it concatenates the molecules once and cuts each batch out of the
 big tensors with index arithmetic (about a dozen tensor calls whatever the batch
-size), so loading never holds up the model. ``batches`` cuts a list into consecutive
+size), so loading never holds up the model; ``training_batch`` cuts the lighter
+``MoleculeBatch`` that training reads, without the SMILES, rows and fingerprints and
+without PyG's ``Batch`` construction. ``batches`` cuts a list into consecutive
 batches for prediction and validation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -21,7 +24,8 @@ from torch_geometric.data import Batch, Data
 
 from setattn.domains.fingerprints import BITS
 
-__all__ = ["PackedMolecules", "batches", "collate_molecules", "pack", "stacked_targets", "unpack"]
+__all__ = ["MoleculeBatch", "PackedMolecules", "batches", "collate_molecules", "pack",
+           "stacked_targets", "unpack"]
 
 
 def pack(data: list[Data], descriptor_dim: int) -> dict:
@@ -131,6 +135,45 @@ def _assemble(x: Tensor, local_edge_index: Tensor, edge_attr: Tensor, y: Tensor 
     return batch
 
 
+@dataclass
+class MoleculeBatch:
+    """The fields of a batch that training reads: what ``MoleculeNetwork`` and the loss
+    take from PyG's ``Batch`` (``x``, ``edge_index``, ``edge_attr``, ``batch``, ``ptr``,
+    ``y``, ``descriptors``), the same tensors, in a plain object.
+
+    Building a PyG ``Batch`` (a class made per call, every field through its storage)
+    costs about as much as cutting the tensors out; a training step pays it for fields
+    it never reads.
+
+    Attributes:
+        x: (N, F) atoms; edge_index: (2, E) in batch numbering; edge_attr: (E, F_bond);
+        batch: (N,) molecule of every atom; ptr: (G + 1,) atom offsets; y: (G, T);
+        descriptors: (G, F_desc) or None.
+    """
+
+    x: Tensor
+    edge_index: Tensor
+    edge_attr: Tensor
+    batch: Tensor
+    ptr: Tensor
+    y: Tensor
+    descriptors: Tensor | None = None
+
+    @property
+    def num_graphs(self) -> int:
+        """G."""
+        return self.ptr.numel() - 1
+
+    def __contains__(self, key: str) -> bool:
+        """Whether the batch has field ``key`` (not None), as ``key in batch`` of PyG."""
+        return getattr(self, key, None) is not None
+
+    def to(self, device: torch.device | str) -> MoleculeBatch:
+        """The batch with its tensors on ``device``."""
+        return MoleculeBatch(**{f.name: None if getattr(self, f.name) is None
+                                else getattr(self, f.name).to(device) for f in fields(self)})
+
+
 class PackedMolecules:
     """A molecule list concatenated once; ``batch(indices)`` cuts batches out of it.
 
@@ -158,8 +201,9 @@ class PackedMolecules:
     def __len__(self) -> int:
         return self._y.shape[0]
 
-    def batch(self, indices: Sequence[int]) -> Batch:
-        """The ``Batch`` of molecules ``indices``, equal to ``collate_molecules`` of them."""
+    def _rows(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
+        """Molecules ``indices``: idx (G,), atoms (G,) and edges (G,) per molecule, and
+        the store's rows of their atoms (N,) and edges (E,), in batch order."""
         p = self._packed
         idx = torch.as_tensor(indices, dtype=torch.long, device=self._y.device)  # (G,)
         sizes, n_edges = self._nodes[idx], self._edges[idx]  # (G,), (G,)
@@ -171,6 +215,27 @@ class PackedMolecules:
             + torch.arange(int(ptr[-1]), device=ptr.device)  # (N,)
         edges = (p["edge_ptr"][idx] - eptr[:-1]).repeat_interleave(n_edges) \
             + torch.arange(int(eptr[-1]), device=eptr.device)  # (E,)
+        return idx, sizes, n_edges, ptr, nodes, edges
+
+    def training_batch(self, indices: Sequence[int]) -> MoleculeBatch:
+        """The ``MoleculeBatch`` of molecules ``indices``: the tensors of ``batch``'s
+        ``Batch`` that training reads, equal to them."""
+        p = self._packed
+        idx, sizes, n_edges, ptr, nodes, edges = self._rows(indices)
+        return MoleculeBatch(
+            x=p["x"].index_select(0, nodes),  # (N, F)
+            # local -> batch numbering, as _assemble
+            edge_index=p["edge_index"].index_select(1, edges)
+            + ptr[:-1].repeat_interleave(n_edges),  # (2, E)
+            edge_attr=p["edge_attr"].index_select(0, edges),  # (E, F_bond)
+            batch=torch.arange(sizes.numel(), device=sizes.device).repeat_interleave(sizes),
+            ptr=ptr, y=self._y.index_select(0, idx),
+            descriptors=p["descriptors"].index_select(0, idx) if "descriptors" in p else None)
+
+    def batch(self, indices: Sequence[int]) -> Batch:
+        """The ``Batch`` of molecules ``indices``, equal to ``collate_molecules`` of them."""
+        p = self._packed
+        idx, sizes, n_edges, _, nodes, edges = self._rows(indices)
         return _assemble(
             p["x"].index_select(0, nodes), p["edge_index"].index_select(1, edges),
             p["edge_attr"].index_select(0, edges), self._y.index_select(0, idx), sizes, n_edges,

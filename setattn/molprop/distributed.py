@@ -42,6 +42,8 @@ from torch import Tensor, nn
 from torch.utils.data import Sampler
 from torch_geometric.data import Batch
 
+from setattn.molprop.batching import MoleculeBatch
+
 __all__ = ["ShardBatchSampler", "World", "all_reduce_sum", "autocast", "barrier", "broadcast",
            "gather_predictions", "model_device", "session", "shard", "to_device", "world"]
 
@@ -202,9 +204,10 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    """``batch`` on ``device`` (itself, unchanged, when it is there already; PyG's
-    ``Batch.to`` moves the tensors in place, so a batch reused every epoch moves once)."""
+def to_device(batch: Batch | MoleculeBatch, device: torch.device) -> Batch | MoleculeBatch:
+    """``batch`` (a PyG ``Batch`` or a training ``MoleculeBatch``) on ``device`` (itself,
+    unchanged, when it is there already; PyG's ``Batch.to`` moves the tensors in place,
+    so a batch reused every epoch moves once)."""
     return batch if batch.x.device == device else batch.to(device)
 
 

@@ -13,7 +13,7 @@ only rank 0 writes files and prints.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,12 @@ import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, RandomSampler
-from torch.utils.data import DataLoader as IndexLoader
 from torch_geometric.data import Batch, Data
 from tqdm import tqdm
 
 from setattn.files import json_safe
 from setattn.molprop import distributed
-from setattn.molprop.batching import PackedMolecules, batches, stacked_targets
+from setattn.molprop.batching import MoleculeBatch, PackedMolecules, batches, stacked_targets
 from setattn.molprop.checkpoint import (
     CheckpointError,
     build_network,
@@ -116,13 +115,42 @@ class Progress:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+class EpochBatches:
+    """An epoch's shuffled training batches each time it is iterated, cut out of a
+    ``PackedMolecules`` (``training_batch``).
+
+    The batches and their order are those of ``DataLoader(range(M), batch_sampler=
+    sampler, generator=generator)``: like it, each pass draws one number of the
+    generator before the sampler's shuffle, so a seed gives the same batches either way;
+    the loader's per-batch machinery (fetching M indices one by one, its profiling
+    hooks) is left out. ``len`` is the number of batches per epoch.
+
+    Args:
+        packed: the training molecules.
+        sampler: the batches of indices (this rank's shares).
+        generator: the generator the sampler shuffles with.
+    """
+
+    def __init__(self, packed: PackedMolecules, sampler: distributed.ShardBatchSampler,
+                 generator: torch.Generator) -> None:
+        self.packed, self.sampler, self.generator = packed, sampler, generator
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[MoleculeBatch]:
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)  # DataLoader's draw
+        for indices in self.sampler:
+            yield self.packed.training_batch(indices)
+
+
 @dataclass
 class _Training:
     """The moving parts of one model's training, built once by ``_set_up``."""
 
     model: MoleculeNetwork
     net: torch.nn.Module  # the model, or its DDP wrapper
-    loader: IndexLoader
+    loader: EpochBatches
     sampler: distributed.ShardBatchSampler
     generator: torch.Generator
     optimizer: torch.optim.Optimizer
@@ -245,8 +273,7 @@ def _set_up(model: MoleculeNetwork, train_data: Sequence[Data], val_data: Sequen
         BatchSampler(RandomSampler(train_list, generator=generator), batch_size, False),
         w.rank, w.size)
     # batches cut out of the training set concatenated once (faster than PyG's collate)
-    loader = IndexLoader(range(len(train_list)), batch_sampler=sampler, generator=generator,
-                         collate_fn=PackedMolecules(train_list).batch)
+    loader = EpochBatches(PackedMolecules(train_list), sampler, generator)
     train_y = stacked_targets(train_data)  # (M, T)
     descriptors = (torch.cat([d.descriptors for d in train_data])
                    if model.config.descriptor_dim else None)  # (M, F_desc)
@@ -308,7 +335,8 @@ def _check_architecture(saved: Any, model: MoleculeNetwork, path: Path) -> None:
                 f"new run")
 
 
-def _train_epoch(training: _Training, batches: Iterable[Batch]) -> tuple[float, float]:
+def _train_epoch(training: _Training, batches: Iterable[MoleculeBatch]
+                 ) -> tuple[float, float]:
     """One pass of optimiser steps over ``batches``; returns the mean training loss per
     molecule over all ranks, and the learning rate of the epoch's last step (the
     schedule's ``get_last_lr`` after it is the next step's). The sampler says which

@@ -188,3 +188,18 @@ def test_featurising_keeps_numpy_blas_at_one_thread(monkeypatch):
     featurize_module._featurize_chunk(([0], ["CCO"], "x.csv", 0, 300))
     assert len(seen) == 3 and all(threads == [1] * len(threads) for threads in seen)
     assert blas_threads() == before and np.dot(np.ones(3), np.ones(3)) == 3.0
+
+
+def test_training_batches_hold_the_pyg_batch_fields_training_reads(tmp_path):
+    path = _write(tmp_path / "mols.csv")
+    data = featurize_csv(path, "smiles", ["logp", "active"], descriptor_count()).data
+    packed = PackedMolecules(data)
+    for indices in ([3, 0, 5], [4], list(range(len(data)))[::-1]):
+        ours, ref = packed.training_batch(indices), packed.batch(indices)
+        assert ours.num_graphs == ref.num_graphs == len(indices)
+        for key in ("x", "edge_index", "edge_attr", "batch", "ptr", "y", "descriptors"):
+            assert key in ours
+            assert torch.equal(getattr(ours, key).nan_to_num(-7.0), ref[key].nan_to_num(-7.0)), key
+        assert "smiles" not in ours and "fingerprint" not in ours
+        moved = ours.to("cpu")
+        assert torch.equal(moved.x, ours.x) and moved.num_graphs == ours.num_graphs
