@@ -139,7 +139,8 @@ class EpochBatches:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[MoleculeBatch]:
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator)  # DataLoader's draw
+        # DataLoader's draw (the generator is a CPU one)
+        torch.empty((), dtype=torch.int64, device="cpu").random_(generator=self.generator)
         for indices in self.sampler:
             yield self.packed.training_batch(indices)
 
@@ -377,7 +378,8 @@ def _validate(training: _Training, val_data: Sequence[Data], cached: list[Batch]
         if not cached:
             cached.extend(batches(part))
         model.eval()
-        return forward_batches(model, cached, model_device(model), model.config.num_tasks)
+        with torch.no_grad():  # no graph kept for a backward that never comes
+            return forward_batches(model, cached, model_device(model), model.config.num_tasks)
 
     val_out = distributed.gather_predictions(rank_outputs, val_data)  # (M_val, T)
     task = model.config.task
