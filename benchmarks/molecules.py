@@ -36,7 +36,9 @@ defaults, chemprop at setattn's width, depth and batch size (``chemprop_w96``: h
 one message-passing step, batches of 96) and chemprop's defaults run one after another,
 the order rotating each round; each ratio is taken within a round and the median
 printed. Training throughput = training molecules x epochs / training seconds (setattn:
-its ``train_seconds``; chemprop: Lightning's ``Trainer.fit``); s/run is the whole command.
+its ``train_seconds``, every member's fit and the kernel ridges, the compiled CPU kernels
+being loaded before the fits; chemprop: Lightning's ``Trainer.fit``); s/run is the whole
+command.
 An untimed setattn run of one model and one epoch goes first (``warm_up``), so that no
 round times the compilation of the CPU kernels into Numba's cache, which a checkout's
 first run makes once per machine.

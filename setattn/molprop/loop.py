@@ -27,7 +27,13 @@ from tqdm import tqdm
 
 from setattn.files import json_safe
 from setattn.molprop import distributed
-from setattn.molprop.batching import MoleculeBatch, PackedMolecules, batches, stacked_targets
+from setattn.molprop.batching import (
+    MoleculeBatch,
+    PackedMolecules,
+    batches,
+    collate_molecules,
+    stacked_targets,
+)
 from setattn.molprop.checkpoint import (
     CheckpointError,
     build_network,
@@ -430,6 +436,31 @@ def _epoch_line(member: int, epochs: int, progress: Progress, better: bool) -> s
             f"train_loss {_fmt(row['train_loss'])}  val_loss {_fmt(row['val_loss'])}  "
             f"{key} {_fmt(row[key])}  lr {row['lr']:.2e}"
             f"  {row['seconds']:.1f}s{'  *' if better else ''}")
+
+
+def load_kernels(config: NetworkConfig, molecules: Sequence[Data], device: str = "auto"
+                 ) -> float:
+    """Load the engine's compiled CPU kernels that a network of ``config`` calls, before
+    any model trains: a throwaway network passes the first two of ``molecules`` forward
+    and backward. Numba loads a kernel on its first call (from its cache, or compiling
+    it once per machine), so without this the first training epoch would hold that
+    start-up. The global random state is left as it was; nothing is trained or kept.
+
+    Args:
+        config: the networks' architecture.
+        molecules: training molecules (the first two are used).
+        device: the training device spec; off the CPU nothing is loaded.
+
+    Returns:
+        The seconds it took (0.0 when nothing was loaded).
+    """
+    if resolve_device(device).type != "cpu" or not molecules:
+        return 0.0
+    clock = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        network = MoleculeNetwork(config)
+        network(collate_molecules(list(molecules[:2]))).sum().backward()
+    return time.perf_counter() - clock
 
 
 def fit(

@@ -69,7 +69,7 @@ from setattn.molprop.distributed import model_device
 from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weight
 from setattn.molprop.featurize import featurize_csv, report_failures, skipped_rows
 from setattn.molprop.kernels import KernelConfig, KernelPart
-from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, quiet
+from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, load_kernels, quiet
 from setattn.molprop.metrics import evaluate, one_class_tasks
 from setattn.molprop.network import MoleculeNetwork, target_scaling
 from setattn.molprop.pretrain import (
@@ -543,11 +543,14 @@ def _train_members(run: RunConfig, parts: _Parts, network_config: NetworkConfig,
                    callback: Callable[[list[dict]], None] | None, log: Log,
                    checkpoint_seconds: float) -> list[FitResult]:
     """Fit the K networks one after the other (each from ``encoder``'s weights when
-    given), rewriting ``log.csv`` each epoch."""
+    given), rewriting ``log.csv`` each epoch; the compiled CPU kernels are loaded first
+    (``load_kernels``), outside every fit's seconds."""
     main = distributed.world().is_main
     results: list[FitResult] = []
     done: list[dict] = []  # the log rows of the finished members
     epoch_log = EpochLog(out / "log.csv") if main else None
+    # the compiled kernels load now, not in member 0's first epoch (its fit seconds)
+    load_kernels(network_config, parts.train, run.train.device)
     for k in range(run.ensemble_size):
         torch.manual_seed(run.train.seed + k)
         model = MoleculeNetwork(network_config)

@@ -54,6 +54,7 @@ from setattn.molprop.kernels import (
     SCORE_EPS,
     KernelRidge,
     _distances,
+    eigh,
     loo_fits,
 )
 from setattn.molprop.network import MoleculeNetwork
@@ -85,6 +86,20 @@ def _numpy_krr(x: np.ndarray, y: np.ndarray, query: np.ndarray, gamma: float, ri
     offset = y.mean()
     alpha = np.linalg.solve(kern(z, z) + ridge * np.eye(len(z)), y - offset)
     return kern(q, z) @ alpha + offset
+
+
+def test_eigh_decomposes_the_kernel_as_torch_does_and_keeps_torch_s_threads():
+    x, _ = _problem(m=60)
+    kernel = torch.exp(-0.1 * torch.cdist(x, x).square())  # (M, M)
+    threads = torch.get_num_threads()
+    eigval, eigvec = eigh(kernel)
+    assert torch.get_num_threads() == threads
+    assert eigval.dtype == eigvec.dtype == torch.float64
+    assert torch.allclose(eigval, torch.linalg.eigvalsh(kernel), atol=1e-12)
+    assert torch.all(eigval[1:] >= eigval[:-1])  # ascending, as torch's
+    rebuilt = eigvec @ torch.diag(eigval) @ eigvec.T  # (M, M)
+    assert torch.allclose(rebuilt, kernel, atol=1e-12)
+    assert torch.allclose(eigvec.T @ eigvec, torch.eye(len(x), dtype=torch.float64), atol=1e-12)
 
 
 def test_leave_one_out_shortcut_equals_refitting_without_each_molecule():
