@@ -18,6 +18,7 @@ from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.nn.inits import reset
 
 from setattn.engine import attend
+from setattn.engine.scoring import DEFAULT_SCORE, dot_scale
 from setattn.nn.blocks import MAB, set_topologies
 from setattn.scores import Dot
 from setattn.topology import pooling, ptr_from_batch
@@ -138,6 +139,10 @@ class GlobalAttentionPool(SetAggregation):
             k = _run(self.gate_nn, x, index, g)[:, :, None]  # (N, H, 1) gate logits
             q = k.new_ones(g, k.shape[1], 1)  # (G, H, 1): Dot gives s_gj = gate_j
             score = Dot()
+        elif self.lin_q is None and (logits := self.query_logits(x)) is not None:
+            k = logits[:, :, None]  # (N, H, 1): the query's logits, as a gate's
+            q = k.new_ones(g, k.shape[1], 1)  # (G, H, 1)
+            score = Dot()
         else:
             k = self.lin_k(x).view(n, self.heads, self.key_dim)  # (N, H, Dk)
             if self.lin_q is not None:
@@ -150,6 +155,23 @@ class GlobalAttentionPool(SetAggregation):
         h = k.shape[1]
         v = values.view(n, h, values.shape[1] // h)  # (N, H, F / H)
         return attend(q, k, v, top, score).flatten(1)  # (G, F)
+
+    def query_logits(self, x: Tensor) -> Tensor | None:
+        """The learned query's logits against every node, (N, D) -> (N, H), with the query
+        folded into the key projection:
+        ``s * u_h . (W_h x + b_h) = x . (s W_h^T u_h) + s u_h . b_h``, one (D, H) matrix
+        in place of the (D, H Dk) projection, so the keys are never made (N D H products,
+        not N D H Dk, and as few again backward). None when the score is not a (scaled)
+        dot product: the keys are projected then. Equal to projecting the keys to float
+        rounding."""
+        scale = dot_scale(DEFAULT_SCORE if self.score is None else self.score, self.key_dim)
+        if self.query is None or scale is None:
+            return None
+        weight = self.lin_k.weight.view(self.heads, self.key_dim, -1)  # (H, Dk, D)
+        folded = torch.einsum("hkd,hk->hd", weight, self.query) * scale  # (H, D)
+        bias = None if self.lin_k.bias is None else (
+            (self.lin_k.bias.view(self.heads, self.key_dim) * self.query).sum(-1) * scale)  # (H,)
+        return torch.nn.functional.linear(x, folded, bias)  # (N, H)
 
     def __repr__(self) -> str:
         kind = "gate" if self.gate_nn is not None else (

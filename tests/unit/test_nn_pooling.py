@@ -113,3 +113,36 @@ def test_no_graphs_at_all():
     x = torch.randn(0, 6)
     assert GlobalAttentionPool(6, heads=2)(x, ptr=torch.tensor([0])).shape == (0, 6)
     assert PMA(6, heads=2, num_seeds=3)(x, ptr=torch.tensor([0])).shape == (0, 3, 6)
+
+
+@pytest.mark.parametrize("score,scale", [(None, 0.5), (scores.ScaledDot(), 0.5),
+                                         (scores.Dot(), 1.0), (scores.ScaledDot(0.3), 0.3)])
+def test_a_learned_query_gives_the_projected_keys_pooling_and_gradients(score, scale):
+    """The query folded into the key projection: the output and every gradient equal
+    those of projecting the keys and scoring them against the query (float64)."""
+    torch.manual_seed(4)
+    pool = GlobalAttentionPool(8, heads=2, score=score).double()  # Dk 4: 1 / sqrt(4)
+    x = torch.randn(sum(SIZES), 8, dtype=torch.float64, requires_grad=True)
+    batch = batch_of(SIZES)
+    out = pool(x, batch, num_graphs=len(SIZES))  # (G, 8)
+    keys = pool.lin_k(x).view(-1, 2, 4)  # (N, H, Dk)
+    logits = (keys * pool.query).sum(-1) * scale  # (N, H)
+    expect = torch.zeros(len(SIZES), 2, 4, dtype=torch.float64)
+    for g in range(len(SIZES)):
+        rows = batch == g
+        if rows.any():
+            p = torch.softmax(logits[rows], 0)  # (n_g, H)
+            expect[g] = (p[:, :, None] * x[rows].view(-1, 2, 4)).sum(0)
+    expect = expect.flatten(1)  # (G, 8)
+    assert torch.allclose(out, expect, atol=1e-12)
+    weights = torch.randn_like(out)
+    got = torch.autograd.grad((out * weights).sum(), [x, *pool.parameters()])
+    want = torch.autograd.grad((expect * weights).sum(), [x, *pool.parameters()])
+    for a, b in zip(got, want):
+        assert torch.allclose(a, b, atol=1e-12)
+    assert pool.query_logits(x) is not None  # the folded path ran
+
+
+def test_a_score_that_is_no_dot_product_projects_the_keys():
+    pool = GlobalAttentionPool(6, heads=2, key_dim=4, score=scores.Additive(2, 4, hidden=5))
+    assert pool.query_logits(torch.randn(3, 6)) is None
