@@ -38,7 +38,7 @@ with torch.no_grad():
     model.eval()(batch)
 print(json.dumps({"before": before, "after_load": after_load, "after_step": loaded(),
                   "rng_kept": bool(torch.equal(rng, rng_after)), "seconds": seconds,
-                  "off_cpu": load_kernels(config, [], "cpu")}))
+                  "no_molecules": load_kernels(config, [], "cpu")}))
 """
 
 
@@ -52,4 +52,4 @@ def test_load_kernels_loads_every_kernel_a_training_step_calls_and_keeps_the_rng
     assert found["after_step"] == found["after_load"]
     assert found["rng_kept"]
     assert found["seconds"] > 0.0
-    assert found["off_cpu"] == 0.0  # no molecules: nothing to pass, nothing loaded
+    assert found["no_molecules"] == 0.0  # no molecules: nothing to pass, nothing loaded
