@@ -327,7 +327,8 @@ class MoleculePredictor(EstimatorConventions):
                  smiles_column: str | None = None, split: str | None = None,
                  split_column: str | None = None, split_sizes: Sequence[float] | None = None,
                  seed: int | None = None, fold: int | None = None,
-                 ensemble_size: int | None = None, strict: bool | None = None,
+                 ensemble_size: int | None = None, members: str | None = None,
+                 strict: bool | None = None,
                  kernel_ridge: str | None = None, kernel_fingerprints: str | None = None,
                  kernel_vectors: str | None = None, network_weight: str | None = None,
                  pretrained: str | None = None, max_heavy_atoms: int | None = None,
@@ -349,6 +350,7 @@ class MoleculePredictor(EstimatorConventions):
         self.split_column, self.split_sizes, self.seed, self.fold = (
             split_column, split_sizes, seed, fold)
         self.ensemble_size, self.strict, self.kernel_ridge = ensemble_size, strict, kernel_ridge
+        self.members = members
         self.kernel_fingerprints, self.network_weight = kernel_fingerprints, network_weight
         self.kernel_vectors = kernel_vectors
         self.pretrained, self.freeze_epochs = pretrained, freeze_epochs

@@ -443,6 +443,10 @@ class NetworkConfig:
                                f"{self.layers}, got {self.global_layers}")
 
 
+MEMBERS = ("apart", "together")
+"""How an ensemble's networks train (``RunConfig.members``)."""
+
+
 @dataclass
 class TrainConfig:
     """How one model is trained.
@@ -512,6 +516,9 @@ class RunConfig:
         seed: split seed; ensemble member k is seeded with ``seed + k``.
         fold: the test fold of a k-fold split.
         ensemble_size: K models trained on the same split.
+        members: "apart" trains the K networks one after another, member k with the
+            batch order of ``seed + k``; "together" trains them side by side on the
+            batches of ``seed``, one pass for all (``setattn.molprop.members``).
         strict: refuse the data if a SMILES is invalid or empty (else skip it).
         kernel_ridge: "auto" blends a descriptor kernel ridge into regression and
             single-task classification models with descriptors (for classification its
@@ -559,6 +566,10 @@ class RunConfig:
                        type=int)
     ensemble_size: int = option(3, "models trained on the same split", type=int,
                                 bounds=Range(1, largest=RUN_BOUNDS["ensemble_size"]))
+    members: str = option("apart", "how the ensemble's networks train: apart (one after "
+                          "another, each with its own batch order) or together (side by side "
+                          "on shared batches, one pass for all: faster; GAT layers without "
+                          "global layers, fp32, one process)", choices=list(MEMBERS))
     strict: bool = option(False, "stop on an invalid or empty SMILES instead of skipping it",
                           action="store_true")
     kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "
@@ -637,9 +648,26 @@ class RunConfig:
         if self.train.encoder_lr != 1.0 and self.pretrained == "none":
             raise SettingError("encoder_lr", "needs a pretrained encoder (--pretrained)",
                                colon=True)
+        if self.members not in MEMBERS:
+            raise SettingError("members", f"must be apart or together, got {self.members!r}")
+        if self.members == "together":
+            self._check_together()
         check_encoding(self.encoding)
         self.train.validate()
         self.model.validate()
+
+    def _check_together(self) -> None:
+        """What ``--members together`` cannot train: it refuses them naming the flag."""
+        t, m = self.train, self.model
+        clash = ("--conv gatv2" if m.conv != "gat" else
+                 "--global-layers" if m.global_layers else
+                 "--precision bf16" if t.precision != "fp32" else
+                 "--compile" if t.compile else
+                 "--freeze-epochs" if t.freeze_epochs else
+                 "--encoder-lr" if t.encoder_lr != 1.0 else None)
+        if clash is not None:
+            raise SettingError("members", f"together cannot train with {clash}; use "
+                               f"--members apart", colon=True)
 
     def to_dict(self) -> dict:
         """The JSON form of ``config.json``, with the format marker."""

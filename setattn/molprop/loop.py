@@ -1,6 +1,7 @@
 """Training one molecule model: epochs, early stopping, checkpoints, resume.
 
     fit(model, train, val, config, out_dir)  ->  FitResult (best model loaded)
+    fit_members(models, train, val, config, out_dirs)  ->  [FitResult] (K side by side)
 
 Each epoch: optimiser steps over shuffled batches (``PackedMolecules``), one pass over
 the validation set, then the bookkeeping of ``Progress`` (best epoch, patience) and of
@@ -51,10 +52,18 @@ from setattn.molprop.config import (
 )
 from setattn.molprop.distributed import autocast, model_device, to_device
 from setattn.molprop.ensemble import forward_batches
-from setattn.molprop.metrics import evaluate, improved, masked_loss, monitor_metric, shard_loss
+from setattn.molprop.members import MemberGroup
+from setattn.molprop.metrics import (
+    evaluate,
+    improved,
+    masked_loss,
+    member_losses,
+    monitor_metric,
+    shard_loss,
+)
 from setattn.molprop.network import MoleculeNetwork
 
-__all__ = ["CHECKPOINT_SECONDS", "DivergedError", "FitResult", "Progress", "fit"]
+__all__ = ["CHECKPOINT_SECONDS", "DivergedError", "FitResult", "Progress", "fit", "fit_members"]
 
 Log = Callable[[str], None]
 
@@ -185,8 +194,9 @@ class _Training:
                  "progress": progress.to_dict()}
         return snapshot(state) if copy else state
 
-    def restore(self, state: dict) -> Progress:
-        """Load a ``last.pt`` payload; returns its progress."""
+    def restore(self, state: dict) -> dict:
+        """Load a ``last.pt`` payload; returns its progress (``Progress.to_dict``, or
+        ``_Members.to_dict`` for members trained together)."""
         self.model.load_state_dict(state["state_dict"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -194,7 +204,7 @@ class _Training:
         torch.set_rng_state(state["rng"]["torch"])
         if self.device.type == "cuda" and "cuda" in state["rng"]:
             torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), self.device)
-        return Progress(**state["progress"])
+        return state["progress"]
 
 
 class _BestCheckpoint:
@@ -308,7 +318,7 @@ def _start(training: _Training, config: TrainConfig, last_path: Path, resume: bo
             load_checkpoint(last_path, "training") if w.is_main and last_path.is_file() else None)
     if state is not None:
         _check_architecture(state["config"], training.model, last_path)
-        progress = training.restore(state)
+        progress = Progress(**training.restore(state))
         if progress.epoch:
             log(f"model {member}: resuming after epoch {progress.epoch} from {last_path}")
     else:
@@ -558,3 +568,224 @@ def _load_best(path: Path, device: torch.device) -> MoleculeNetwork | None:
     ckpt = distributed.broadcast(
         load_checkpoint(path, "model") if w.is_main and path.is_file() else None)
     return None if ckpt is None else build_network(ckpt, path, device)
+
+
+@dataclass
+class _Members:
+    """Where K members trained together stand (saved in their ``last.pt``).
+
+    Attributes:
+        members: each member's ``Progress``; a member out of patience stays finished
+            while the others train on (its best weights are kept, later ones ignored).
+        epoch: epochs the group has run.
+        seconds: training time up to now, resumed runs included.
+    """
+
+    members: list[Progress]
+    epoch: int = 0
+    seconds: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return all(p.finished for p in self.members)
+
+    def to_dict(self) -> dict:
+        return {"members": [p.to_dict() for p in self.members], "epoch": self.epoch,
+                "seconds": self.seconds}
+
+
+class _Bests:
+    """The members' ``best.pt``, written together before their shared ``last.pt``."""
+
+    def __init__(self, bests: Sequence[_BestCheckpoint]) -> None:
+        self.bests = list(bests)
+
+    def write(self) -> None:
+        for best in self.bests:
+            best.write()
+
+
+def _start_members(training: _Training, config: TrainConfig, last_path: Path, resume: bool,
+                   log: Log, k: int) -> _Members:
+    """``_start`` for K members trained together: the progress of ``last.pt`` when
+    resuming from one, else a new one (seeding what training draws)."""
+    state = load_checkpoint(last_path, "training") if resume and last_path.is_file() else None
+    if state is None:
+        torch.manual_seed(config.seed)  # dropout and anything else drawn during training
+        monitor = monitor_metric(training.model.config.task, training.val_y)
+        return _Members([Progress(monitor) for _ in range(k)])
+    _check_architecture(state["config"], training.model, last_path)
+    saved = training.restore(state)
+    if not isinstance(saved, dict) or len(saved.get("members", ())) != k:
+        raise CheckpointError(f"{last_path}: not the state of {k} networks trained together "
+                              f"(--members together); resume with the run's own settings "
+                              f"(config.json) or start a new run")
+    members = _Members([Progress(**p) for p in saved["members"]], saved["epoch"],
+                       saved["seconds"])
+    if members.epoch:
+        log(f"models 0-{k - 1}: resuming after epoch {members.epoch} from {last_path}")
+    return members
+
+
+def _train_members_epoch(training: _Training, batches: Iterable[MoleculeBatch]
+                         ) -> tuple[list[float], float]:
+    """``_train_epoch`` for a ``MemberGroup``: one optimiser step per batch on the sum of
+    the members' losses (each member's gradient is its own loss's). Returns each
+    member's mean training loss per molecule and the last step's learning rate."""
+    group, sampler = training.model, training.sampler
+    group.train()
+    total, count = None, 0
+    lr = training.optimizer.param_groups[0]["lr"]
+    for batch in batches:
+        batch = to_device(batch, training.device)  # targets included
+        out = group(batch)  # (G, K, T)
+        losses = member_losses(out, group.scale_targets(batch.y), group.config.task)  # (K,)
+        training.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        lr = training.optimizer.param_groups[0]["lr"]  # this step's
+        training.optimizer.step()
+        training.scheduler.step()
+        seen = losses.detach() * len(sampler.current)  # (K,)
+        total = seen if total is None else total + seen
+        count += len(sampler.current)
+    return (total.cpu() / max(count, 1)).tolist(), lr
+
+
+def _validate_members(training: _Training, val_data: Sequence[Data], cached: list[Batch],
+                      names: Sequence[str]) -> list[tuple[float, dict]]:
+    """``_validate`` for each member of a ``MemberGroup``: (loss, metrics) per member."""
+    group = training.model
+    if not cached:
+        cached.extend(batches(val_data))
+    group.eval()
+    with torch.no_grad():
+        out = torch.cat([group(to_device(b, training.device)) for b in cached]).cpu()  # (M, K, T)
+    task, y = group.config.task, training.val_y
+    scaled = group.scale_targets(y)  # (M, T)
+    return [(masked_loss(out[:, m], scaled, task).item(),
+             evaluate(y, group.to_units(out[:, m]), task, names, "validation part"))
+            for m in range(group.members)]
+
+
+def _run_members_epoch(training: _Training, members: _Members, val_data: Sequence[Data],
+                       cached: list[Batch], config: TrainConfig, names: Sequence[str]
+                       ) -> dict[int, tuple[bool, dict]]:
+    """``_run_epoch`` for members trained together: one pass of optimiser steps for all,
+    validation, and each member's progress that is not finished brought up to date.
+    Returns, for those members, whether their validation value improved and their
+    validation metrics."""
+    k = len(members.members)
+    members.epoch += 1
+    start = time.perf_counter()
+    bar = tqdm(training.loader, desc=f"models 0-{k - 1} epoch {members.epoch}/{config.epochs}",
+               leave=False, disable=None, unit="batch")
+    train_losses, lr = _train_members_epoch(training, bar)
+    validated = _validate_members(training, val_data, cached, names)
+    seconds = (time.perf_counter() - start) / k  # each member's share of the pass
+    outcome = {}
+    for m, progress in enumerate(members.members):
+        if progress.finished:
+            continue
+        val_loss, val_metrics = validated[m]
+        value = val_loss if progress.monitor == "loss" else val_metrics[progress.monitor]
+        better = improved(value, progress.best_value, progress.monitor)
+        if better:
+            progress.best_epoch, progress.best_value, progress.bad_epochs = \
+                members.epoch, value, 0
+        else:
+            progress.bad_epochs += 1
+        progress.rows = [*progress.rows, {
+            "model": m, "epoch": members.epoch, "train_loss": train_losses[m],
+            "val_loss": val_loss, f"val_{progress.monitor}": value, "lr": lr,
+            "seconds": seconds}]
+        progress.epoch = members.epoch
+        progress.finished = (members.epoch >= config.epochs
+                             or progress.bad_epochs >= config.patience)
+        outcome[m] = better, val_metrics
+    return outcome
+
+
+def fit_members(
+    models: Sequence[MoleculeNetwork],
+    train_data: Sequence[Data],
+    val_data: Sequence[Data],
+    config: TrainConfig,
+    out_dirs: Sequence[str | Path],
+    *,
+    names: Sequence[str],
+    metas: Sequence[dict],
+    resume: bool = False,
+    callback: Callable[[list[dict]], None] | None = None,
+    log: Log = print,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+) -> list[FitResult]:
+    """Train K models side by side (``setattn.molprop.members.MemberGroup``): each step
+    runs every member on one shared batch, in one pass. Each member keeps ``fit``'s
+    early stopping, its own ``best.pt`` in its folder of ``out_dirs``; one ``last.pt``,
+    in the first member's folder, holds the whole group's state, and ``resume``
+    continues from it with the same numbers. Training ends when every member is out of
+    patience or at the last epoch; a member finished earlier trains on with the others
+    but keeps the best weights of its own epochs.
+
+    Member k differs from a ``fit`` of the same initial network only in its batch
+    order: every member draws the batches of ``config.seed``.
+
+    Args:
+        models: K freshly built models of one configuration (``MemberGroup.supports``);
+            their weights start the group and receive each member's best weights.
+        train_data, val_data, config, names, resume, log, checkpoint_seconds: as ``fit``.
+        out_dirs: each member's checkpoint folder.
+        metas: each member's extra metadata for its ``best.pt``.
+        callback: called after each epoch with every member's log rows so far.
+
+    Returns:
+        One ``FitResult`` per member; its ``seconds`` are the group's divided by K.
+
+    Raises:
+        SettingError: under ``torchrun``, with bf16 precision or ``torch.compile``
+            (members train together in one process, in float32, eagerly).
+    """
+    if distributed.world().size > 1 or config.precision != "fp32" or config.compile:
+        raise SettingError("members", "together trains in one process, in fp32, without "
+                           "--compile; use --members apart", colon=True)
+    clock, k = time.perf_counter(), len(models)
+    group = MemberGroup(models)
+    training = _set_up(group, train_data, val_data, config)
+    out_dirs = [Path(d) for d in out_dirs]
+    bests = [_BestCheckpoint(d / "best.pt") for d in out_dirs]
+    last = _LastCheckpoint(out_dirs[0] / "last.pt", checkpoint_seconds, True, _Bests(bests))
+    members = _start_members(training, config, last.path, resume, log, k)
+    clock -= members.seconds  # the time spent before a resumed checkpoint
+    metas = [{"task": group.config.task, "target_columns": list(names), **m} for m in metas]
+    cached: list[Batch] = []  # the validation batches
+    try:
+        while not members.finished:
+            outcome = _run_members_epoch(training, members, val_data, cached, config, names)
+            for m, (better, val_metrics) in outcome.items():
+                if better:
+                    bests[m].improved(group.write_member(m, models[m]), metas[m],
+                                      members.epoch, val_metrics)
+            members.seconds = time.perf_counter() - clock
+            last.epoch_done(training, members)
+            for m, (better, _) in outcome.items():
+                progress = members.members[m]
+                log(_epoch_line(m, config.epochs, progress, better))
+                if progress.finished and progress.epoch < config.epochs:
+                    log(f"model {m}: early stop after epoch {progress.epoch} "
+                        f"({config.patience} epochs without a better val_{progress.monitor})")
+            if callback is not None:
+                callback([row for p in members.members for row in p.rows])
+    except BaseException:  # Ctrl-C, a failing callback: keep the last finished epoch
+        last.rescue()
+        raise
+    seconds = time.perf_counter() - clock
+    results = []
+    for m, (best, progress) in enumerate(zip(bests, members.members)):
+        best_model = _load_best(best.path, training.device)
+        if best_model is None:
+            raise DivergedError(f"model {m}: the validation {progress.monitor} was never "
+                                f"finite (did training diverge? try a lower --lr)")
+        results.append(FitResult(best_model, int(progress.best_epoch),
+                                 float(progress.best_value), progress.monitor,
+                                 list(progress.rows), seconds / k))
+    return results

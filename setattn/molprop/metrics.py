@@ -42,6 +42,21 @@ def masked_loss(out: Tensor, y: Tensor, task: str) -> Tensor:
     return losses.sum() / mask.sum().clamp_min(1)
 
 
+def member_losses(out: Tensor, y: Tensor, task: str) -> Tensor:
+    """Each ensemble member's ``masked_loss`` at once.
+
+    Args:
+        out: (G, K, T) outputs of K members on one batch.
+        y: (G, T) targets, NaN where missing.
+        task: "regression" or "classification".
+
+    Returns:
+        (K,) member k's mean loss over the labelled entries.
+    """
+    losses, mask = _masked_losses(out, y[:, None].expand_as(out), task)  # (G, K, T) each
+    return losses.sum((0, 2)) / mask.sum((0, 2)).clamp_min(1)  # (K,)
+
+
 def _masked_losses(out: Tensor, y: Tensor, task: str) -> tuple[Tensor, Tensor]:
     """(G, T) per-entry losses, zero where the label is missing, and the (G, T) label mask."""
     mask = ~torch.isnan(y)  # (G, T)

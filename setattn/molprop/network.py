@@ -63,6 +63,19 @@ def add_self_loops(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) -> tup
     return edge_index, torch.cat([bonds, marks], 0)
 
 
+def fit_scaling(module: nn.Module, y: Tensor, descriptors: Tensor | None = None) -> None:
+    """Set the target (regression) and descriptor scaling buffers of ``module`` (a
+    network with a ``config`` and the buffers of ``_SCALING``) from training data:
+    y (M, T) with NaN where missing, descriptors (M, F_desc) or None."""
+    if module.config.task == "regression":
+        mean, std = target_scaling(y)
+        module.target_mean.copy_(mean)
+        module.target_std.copy_(std)
+    if module.config.descriptor_dim and descriptors is not None:
+        module.descriptor_mean.copy_(descriptors.mean(0))
+        module.descriptor_std.copy_(descriptors.std(0).nan_to_num(1.0).clamp_min(1e-6))
+
+
 def sum_pool(h: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
     """(N, D) atom states summed per molecule -> (G, D). The sums of PyG's ``scatter``
     (each molecule's atoms added in order), with a backward that is one row gather
@@ -141,13 +154,7 @@ class MoleculeNetwork(nn.Module):
             y: (M, T) training targets, NaN where missing.
             descriptors: (M, F_desc) training descriptors, when the config uses them.
         """
-        if self.config.task == "regression":
-            mean, std = target_scaling(y)
-            self.target_mean.copy_(mean)
-            self.target_std.copy_(std)
-        if self.config.descriptor_dim and descriptors is not None:
-            self.descriptor_mean.copy_(descriptors.mean(0))
-            self.descriptor_std.copy_(descriptors.std(0).nan_to_num(1.0).clamp_min(1e-6))
+        fit_scaling(self, y, descriptors)
 
     def scale_targets(self, y: Tensor) -> Tensor:
         """(G, T) targets in the units the forward pass predicts (standardised for

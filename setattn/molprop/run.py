@@ -69,7 +69,14 @@ from setattn.molprop.distributed import model_device
 from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weight
 from setattn.molprop.featurize import featurize_csv, report_failures, skipped_rows
 from setattn.molprop.kernels import KernelConfig, KernelPart
-from setattn.molprop.loop import CHECKPOINT_SECONDS, FitResult, fit, load_kernels, quiet
+from setattn.molprop.loop import (
+    CHECKPOINT_SECONDS,
+    FitResult,
+    fit,
+    fit_members,
+    load_kernels,
+    quiet,
+)
 from setattn.molprop.metrics import evaluate, one_class_tasks
 from setattn.molprop.network import MoleculeNetwork, target_scaling
 from setattn.molprop.pretrain import (
@@ -542,27 +549,40 @@ def _train_members(run: RunConfig, parts: _Parts, network_config: NetworkConfig,
                    out: Path, encoder: dict | None, *, resume: bool,
                    callback: Callable[[list[dict]], None] | None, log: Log,
                    checkpoint_seconds: float) -> list[FitResult]:
-    """Fit the K networks one after the other (each from ``encoder``'s weights when
-    given), rewriting ``log.csv`` each epoch; the compiled CPU kernels are loaded first
-    (``load_kernels``), outside every fit's seconds."""
+    """Fit the K networks (each from ``encoder``'s weights when given) one after the
+    other, or side by side with ``--members together``, rewriting ``log.csv`` each epoch;
+    the compiled CPU kernels are loaded first (``load_kernels``), outside every fit's
+    seconds."""
     main = distributed.world().is_main
     results: list[FitResult] = []
     done: list[dict] = []  # the log rows of the finished members
     epoch_log = EpochLog(out / "log.csv") if main else None
     # the compiled kernels load now, not in member 0's first epoch (its fit seconds)
     load_kernels(network_config, parts.train, run.train.device)
+    models = []
     for k in range(run.ensemble_size):
-        torch.manual_seed(run.train.seed + k)
-        model = MoleculeNetwork(network_config)
+        torch.manual_seed(run.train.seed + k)  # member k's initialisation
+        models.append(MoleculeNetwork(network_config))
         if encoder is not None:  # the head stays freshly initialised
-            load_encoder(model, encoder, run.pretrained)
+            load_encoder(models[k], encoder, run.pretrained)
+    metas = [{"smiles_column": run.smiles_column, "member": k,
+              "max_heavy_atoms": run.max_heavy_atoms} for k in range(run.ensemble_size)]
+    if run.members == "together":
+        results = fit_members(models, parts.train, parts.val, run.train,
+                              [out / f"model_{k}" for k in range(run.ensemble_size)],
+                              names=run.target_columns, metas=metas, resume=resume,
+                              callback=_epoch_callback(epoch_log, [], callback), log=log,
+                              checkpoint_seconds=checkpoint_seconds)
+        if epoch_log is not None:
+            epoch_log.write([row for r in results for row in r.rows])
+        return results
+    for k, model in enumerate(models):
+        torch.manual_seed(run.train.seed + k)  # as when each member was built just before
         train_config = TrainConfig(**{**asdict(run.train), "seed": run.train.seed + k})
         on_epoch = _epoch_callback(epoch_log, done, callback)
         result = fit(model, parts.train, parts.val, train_config, out / f"model_{k}",
                      names=run.target_columns,
-                     meta={"smiles_column": run.smiles_column, "member": k,
-                           "max_heavy_atoms": run.max_heavy_atoms},
-                     resume=resume, member=k, callback=on_epoch, log=log,
+                     meta=metas[k], resume=resume, member=k, callback=on_epoch, log=log,
                      checkpoint_seconds=checkpoint_seconds)
         results.append(result)
         done += result.rows
