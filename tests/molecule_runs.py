@@ -137,6 +137,7 @@ def as_written_by_0_2_0(out: Path) -> None:
             save_checkpoint(ckpt, path)
     config = json.loads((out / "config.json").read_text())
     config["model"].update(kernel_size=0, fingerprint_kernel=False, fitted_blend=False)
+    del config["members"]  # 0.2.0 trained the members apart, and had no such key
     (out / "config.json").write_text(json.dumps(config))
     (out / ENSEMBLE_FILE).unlink()
 

@@ -443,8 +443,19 @@ class NetworkConfig:
                                f"{self.layers}, got {self.global_layers}")
 
 
-MEMBERS = ("apart", "together")
+MEMBERS = ("auto", "apart", "together")
 """How an ensemble's networks train (``RunConfig.members``)."""
+
+
+def together_clash(train: TrainConfig, model: NetworkConfig) -> str | None:
+    """The flag that keeps an ensemble's networks from training together
+    (``RunConfig.members``), or None."""
+    return ("--conv gatv2" if model.conv != "gat" else
+            "--global-layers" if model.global_layers else
+            "--precision bf16" if train.precision != "fp32" else
+            "--compile" if train.compile else
+            "--freeze-epochs" if train.freeze_epochs else
+            "--encoder-lr" if train.encoder_lr != 1.0 else None)
 
 
 @dataclass
@@ -518,7 +529,10 @@ class RunConfig:
         ensemble_size: K models trained on the same split.
         members: "apart" trains the K networks one after another, member k with the
             batch order of ``seed + k``; "together" trains them side by side on the
-            batches of ``seed``, one pass for all (``setattn.molprop.members``).
+            batches of ``seed``, one pass for all (``setattn.molprop.members``); "auto"
+            trains them together where ``together_clash`` finds nothing against it and
+            the run is one process, else apart (a ``config.json`` without the key, saved
+            before it existed, trained apart).
         strict: refuse the data if a SMILES is invalid or empty (else skip it).
         kernel_ridge: "auto" blends a descriptor kernel ridge into regression and
             single-task classification models with descriptors (for classification its
@@ -566,10 +580,11 @@ class RunConfig:
                        type=int)
     ensemble_size: int = option(3, "models trained on the same split", type=int,
                                 bounds=Range(1, largest=RUN_BOUNDS["ensemble_size"]))
-    members: str = option("apart", "how the ensemble's networks train: apart (one after "
-                          "another, each with its own batch order) or together (side by side "
-                          "on shared batches, one pass for all: faster; GAT layers without "
-                          "global layers, fp32, one process)", choices=list(MEMBERS))
+    members: str = option("auto", "how the ensemble's networks train: together (side by "
+                          "side on shared batches, one pass for all: faster; GAT layers "
+                          "without global layers, fp32, one process), apart (one after "
+                          "another, each with its own batch order), or auto (together "
+                          "where it can)", choices=list(MEMBERS))
     strict: bool = option(False, "stop on an invalid or empty SMILES instead of skipping it",
                           action="store_true")
     kernel_ridge: str = option("auto", "average a kernel ridge regression on the descriptors "
@@ -649,25 +664,15 @@ class RunConfig:
             raise SettingError("encoder_lr", "needs a pretrained encoder (--pretrained)",
                                colon=True)
         if self.members not in MEMBERS:
-            raise SettingError("members", f"must be apart or together, got {self.members!r}")
-        if self.members == "together":
-            self._check_together()
+            raise SettingError("members", f"must be auto, apart or together, got "
+                               f"{self.members!r}")
+        clash = together_clash(self.train, self.model)
+        if self.members == "together" and clash is not None:
+            raise SettingError("members", f"together cannot train with {clash}; use "
+                               f"--members apart or auto", colon=True)
         check_encoding(self.encoding)
         self.train.validate()
         self.model.validate()
-
-    def _check_together(self) -> None:
-        """What ``--members together`` cannot train: it refuses them naming the flag."""
-        t, m = self.train, self.model
-        clash = ("--conv gatv2" if m.conv != "gat" else
-                 "--global-layers" if m.global_layers else
-                 "--precision bf16" if t.precision != "fp32" else
-                 "--compile" if t.compile else
-                 "--freeze-epochs" if t.freeze_epochs else
-                 "--encoder-lr" if t.encoder_lr != 1.0 else None)
-        if clash is not None:
-            raise SettingError("members", f"together cannot train with {clash}; use "
-                               f"--members apart", colon=True)
 
     def to_dict(self) -> dict:
         """The JSON form of ``config.json``, with the format marker."""
@@ -686,6 +691,7 @@ class RunConfig:
             raise ValueError(f"{source}: not a setattn run configuration "
                              f"(setattn_format {d.get('setattn_format')!r}, expected {FORMAT})")
         top = {k: v for k, v in d.items() if k not in ("setattn_format", "train", "model")}
+        top.setdefault("members", "apart")  # runs saved before the key trained apart
         run = config_from_dict(cls, top, source)
         run.train = config_from_dict(TrainConfig, d.get("train", {}), source, "train.")
         # a 0.2.0 run's model section also named its kernel part (always 0 there)

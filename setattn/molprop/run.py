@@ -64,6 +64,7 @@ from setattn.molprop.config import (
     RunConfig,
     SettingError,
     TrainConfig,
+    together_clash,
 )
 from setattn.molprop.distributed import model_device
 from setattn.molprop.ensemble import NETWORK_WEIGHT, Ensemble, fit_network_weight
@@ -545,6 +546,14 @@ def _epoch_callback(epoch_log: EpochLog | None, done: list[dict],
     return on_epoch
 
 
+def trains_together(run: RunConfig, network_config: NetworkConfig) -> bool:
+    """Whether the run's networks (of ``network_config``, a pretrained encoder's
+    architecture included) train side by side (``RunConfig.members``)."""
+    return run.members == "together" or (
+        run.members == "auto" and run.ensemble_size > 1 and distributed.world().size == 1
+        and together_clash(run.train, network_config) is None)
+
+
 def _train_members(run: RunConfig, parts: _Parts, network_config: NetworkConfig,
                    out: Path, encoder: dict | None, *, resume: bool,
                    callback: Callable[[list[dict]], None] | None, log: Log,
@@ -567,7 +576,7 @@ def _train_members(run: RunConfig, parts: _Parts, network_config: NetworkConfig,
             load_encoder(models[k], encoder, run.pretrained)
     metas = [{"smiles_column": run.smiles_column, "member": k,
               "max_heavy_atoms": run.max_heavy_atoms} for k in range(run.ensemble_size)]
-    if run.members == "together":
+    if trains_together(run, network_config):
         results = fit_members(models, parts.train, parts.val, run.train,
                               [out / f"model_{k}" for k in range(run.ensemble_size)],
                               names=run.target_columns, metas=metas, resume=resume,

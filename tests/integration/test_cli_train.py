@@ -29,11 +29,14 @@ def _keep_threads():
 
 
 def _check_run_dir(out, ensemble=1):
+    """The files of a finished run: every member's best.pt; one last.pt, in model_0,
+    when an ensemble trained together (the default), else one per member."""
     for name in ("config.json", "split.json", "log.csv", "curve.png", "metrics.json"):
         assert (out / name).is_file(), name
+    together = json.loads((out / "config.json").read_text())["members"] != "apart"
     for k in range(ensemble):
         assert (out / f"model_{k}" / "best.pt").is_file()
-        assert (out / f"model_{k}" / "last.pt").is_file()
+        assert (out / f"model_{k}" / "last.pt").is_file() == (k == 0 or not together)
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.rglob(".*tmp"))
     return json.loads((out / "metrics.json").read_text())

@@ -431,7 +431,8 @@ def test_a_run_written_by_0_2_0_loads_and_predicts_the_same(tmp_path, capsys):
     data = freesolv_slice(tmp_path / "fs.csv", 40)
     out = tmp_path / "run"
     # a fingerprint kernel ridge and a fitted weight: every key 0.2.0 named otherwise
-    assert train_tiny(data, out, capsys, "--ensemble-size", "2")[0] == 0
+    assert train_tiny(data, out, capsys, "--ensemble-size", "2",
+                      "--members", "apart")[0] == 0  # as 0.2.0 trained them
     new, _ = load_run(out)
     expected = new.state_dict()
     assert new.kernel.fingerprint is not None and new.weight.shape == (1,)

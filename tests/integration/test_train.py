@@ -250,16 +250,21 @@ class _Interrupt(KeyboardInterrupt):
     pass
 
 
-@pytest.mark.parametrize("task", ["regression", "classification"])
-def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
+@pytest.mark.parametrize(("task", "members"), [("regression", "apart"),
+                                               ("classification", "apart"),
+                                               ("regression", "together"),
+                                               ("classification", "together")])
+def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task, members):
     """An ensemble of 2 interrupted in model 1's second epoch, resumed with
-    ``--resume``, ends at the same epoch with the same numbers as an uninterrupted run."""
+    ``--resume``, ends at the same epoch with the same numbers as an uninterrupted run
+    (members trained apart: model 0's 3 epochs and model 1's first 2 are saved;
+    together: both members' first 2)."""
     if task == "regression":
         data, targets = freesolv_slice(tmp_path / "d.csv", 40), ["expt"]
     else:
         data, targets = tox21_slice(tmp_path / "d.csv", 50), ["NR-AhR", "SR-ARE", "SR-MMP"]
     args = ["--data", data, "--target-columns", *targets, "--task", task, "--epochs", "3",
-            "--patience", "5", *TINY, "--ensemble-size", "2"]
+            "--patience", "5", *TINY, "--ensemble-size", "2", "--members", members]
     status, _, _ = run(["train", "--output-dir", tmp_path / "whole", *args], capsys)
     assert status == 0
 
@@ -274,12 +279,14 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, capsys, task):
         run_training(run_config_from_args(parser_args), tmp_path / "cut",
                         callback=interrupt, log=lambda line: None)
     assert not (tmp_path / "cut" / "metrics.json").exists()
-    assert len(read_csv(tmp_path / "cut" / "log.csv")) == 5  # 3 + 2 epochs saved
+    saved = 5 if members == "apart" else 4
+    assert len(read_csv(tmp_path / "cut" / "log.csv")) == saved
 
     status, out, _ = run(["train", "--output-dir", tmp_path / "cut", "--resume",
                           "--num-threads", "1"], capsys)
     assert status == 0
-    assert "model 1: resuming after epoch 2" in out
+    resumed = "model 1" if members == "apart" else "models 0-1"
+    assert f"{resumed}: resuming after epoch 2" in out
     whole, cut = read_csv(tmp_path / "whole" / "log.csv"), read_csv(tmp_path / "cut" / "log.csv")
     assert [(r["model"], r["epoch"]) for r in cut] == [(r["model"], r["epoch"]) for r in whole]
     for a, b in zip(whole, cut):

@@ -16,6 +16,7 @@ from setattn.molprop.loop import fit, fit_members
 from setattn.molprop.members import MemberGroup
 from setattn.molprop.metrics import masked_loss, member_losses
 from setattn.molprop.network import MoleculeNetwork
+from setattn.molprop.run import trains_together
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +167,26 @@ def test_run_refuses_together_where_members_cannot_train_together():
         config = RunConfig(data="x.csv", target_columns=["y"], members="together", **flags)
         with pytest.raises(ValueError, match=f"together cannot train with {named}"):
             config.validate()
+        auto = RunConfig(data="x.csv", target_columns=["y"], **flags)
+        auto.validate()  # auto trains those apart
+        assert not trains_together(auto, auto.model)
+
+
+def test_auto_trains_an_ensemble_together_where_it_can():
+    run_config = RunConfig(data="x.csv", target_columns=["y"])
+    assert run_config.members == "auto" and trains_together(run_config, run_config.model)
+    one = RunConfig(data="x.csv", target_columns=["y"], ensemble_size=1)
+    assert not trains_together(one, one.model)
+    apart = RunConfig(data="x.csv", target_columns=["y"], members="apart")
+    assert not trains_together(apart, apart.model)
+    # a pretrained encoder's architecture decides, not the flags it replaced
+    assert not trains_together(run_config, NetworkConfig(conv="gatv2"))
+
+
+def test_a_run_saved_before_members_existed_resumes_apart():
+    saved = RunConfig(data="x.csv", target_columns=["y"]).to_dict()
+    del saved["members"]
+    assert RunConfig.from_dict(saved).members == "apart"
 
 
 def test_train_together_writes_every_members_weights_and_log(tmp_path, capsys):
