@@ -524,7 +524,8 @@ class RunConfig:
         split: "random", "scaffold", "kfold" or "column" (see ``setattn.molprop.splits``).
         split_column: the CSV column naming each row's part with ``split`` "column".
         split_sizes: (train, validation, test) fractions.
-        seed: split seed; ensemble member k is seeded with ``seed + k``.
+        seed: split seed; ensemble member k is initialised with ``seed + k`` (and, with
+            ``members`` "apart", draws its batches with it).
         fold: the test fold of a k-fold split.
         ensemble_size: K models trained on the same split.
         members: "apart" trains the K networks one after another, member k with the
@@ -575,7 +576,8 @@ class RunConfig:
     split_sizes: list[float] = option([0.8, 0.1, 0.1], "train, validation and test fractions",
                                       nargs=3, type=float, metavar=("TRAIN", "VAL", "TEST"))
     seed: int = option(0, "split seed; ensemble member k uses seed + k for its "
-                       "initialisation and batch order", type=int, bounds=Range(0))
+                       "initialisation (and its batch order with --members apart)",
+                       type=int, bounds=Range(0))
     fold: int = option(0, "test fold of --split kfold (round(1 / test fraction) folds)",
                        type=int)
     ensemble_size: int = option(3, "models trained on the same split", type=int,
