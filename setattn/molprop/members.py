@@ -2,7 +2,7 @@
 one batch in one pass.
 
 A molecule network spends most of a training step on small operations whose cost
-hardly depends on their width. ``MemberGroup`` holds K ``MoleculeNetwork``s of one
+hardly depends on their width. ``MemberGroup`` holds K networks (``MoleculeNetwork``) of one
 configuration with every weight stacked along a leading member axis, and runs them
 together::
 
@@ -15,7 +15,7 @@ together::
 Member k's output is what ``MoleculeNetwork`` k gives on the same batch (to float
 rounding; a float64 test holds them to 1e-12), and its gradients are the ones its own
 loss gives: no weight is shared. ``networks()`` writes the weights back into K
-``MoleculeNetwork``s, so a grouped fit saves, predicts and explains as any other.
+networks (``MoleculeNetwork``), so a grouped fit saves, predicts and explains as any other.
 
 Only the architectures of ``supports`` are grouped (GAT layers, no global attention
 layers); the others train one member at a time.
@@ -58,7 +58,7 @@ def _batched(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 class MemberGroup(nn.Module):
-    """K ``MoleculeNetwork``s of one configuration as one module.
+    """K networks (``MoleculeNetwork``) of one configuration as one module.
 
     Args:
         networks: the K members (their weights are copied; the training-set scaling of
