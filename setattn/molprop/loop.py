@@ -49,6 +49,7 @@ from setattn.molprop.config import (
     TrainConfig,
     legacy_batch_size,
     resolve_device,
+    together_clash,
 )
 from setattn.molprop.distributed import autocast, model_device, to_device
 from setattn.molprop.ensemble import forward_batches
@@ -742,12 +743,15 @@ def fit_members(
         One ``FitResult`` per member; its ``seconds`` are the group's divided by K.
 
     Raises:
-        SettingError: under ``torchrun``, with bf16 precision or ``torch.compile``
-            (members train together in one process, in float32, eagerly).
+        SettingError: under ``torchrun`` or with a setting ``together_clash`` names
+            (members train together in one process, in float32, eagerly, all weights
+            alike: no frozen encoder, no encoder rate of its own).
     """
-    if distributed.world().size > 1 or config.precision != "fp32" or config.compile:
-        raise SettingError("members", "together trains in one process, in fp32, without "
-                           "--compile; use --members apart", colon=True)
+    clash = "torchrun" if distributed.world().size > 1 else together_clash(config,
+                                                                           models[0].config)
+    if clash is not None:
+        raise SettingError("members", f"together cannot train with {clash}; use --members "
+                           f"apart", colon=True)
     clock, k = time.perf_counter(), len(models)
     group = MemberGroup(models)
     training = _set_up(group, train_data, val_data, config)

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from setattn.engine import attend
 from setattn.engine.scoring import DEFAULT_SCORE, dot_scale
-from setattn.molprop.config import NetworkConfig
+from setattn.molprop.config import NetworkConfig, TrainConfig, together_clash
 from setattn.molprop.network import MoleculeNetwork, add_self_loops, fit_scaling, sum_pool
 from setattn.scores import GAT, Dot
 from setattn.topology import edges, pooling
@@ -41,8 +41,8 @@ __all__ = ["MemberGroup", "supports"]
 
 def supports(config: NetworkConfig) -> bool:
     """Whether networks of ``config`` can be grouped: GAT layers (``--conv gat``), no
-    global attention layers."""
-    return config.conv == "gat" and config.global_layers == 0
+    global attention layers (``together_clash`` of the architecture alone)."""
+    return together_clash(TrainConfig(), config) is None
 
 
 def _stack(states: Sequence[dict[str, Tensor]], key: str) -> nn.Parameter:
